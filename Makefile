@@ -1,0 +1,39 @@
+# drakit — the two commands: `make run` (demo on this machine) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: install run test test-fast lint proto proto-check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+install: $(STAMP)
+
+## run: embedded API server + drakit run (net, pci discovery on this machine's /sys) + fake kubelet
+run: install
+	$(VENV)/bin/drakit demo
+
+## test: the whole suite (root-only and podman tests skip with a reason where unavailable)
+test: install
+	$(PY) -m pytest -q -ra
+
+lint: install
+	$(VENV)/bin/ruff check plugin discovery cdi tests scripts
+	$(VENV)/bin/mypy
+
+proto: install
+	$(PY) scripts/gen_proto.py
+
+proto-check: install
+	$(PY) scripts/gen_proto.py --check
+
+bench: install
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

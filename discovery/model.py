@@ -1,0 +1,253 @@
+"""The device model: what a discovery plugin reports and drakit publishes as ResourceSlices.
+
+Shapes mirror ``resource.k8s.io/v1`` (ResourceSlice ``spec.devices[]``, ``spec.sharedCounters``)
+so that every API rule can be checked on them before anything is sent. Models are lenient on
+purpose: a device that breaks an API rule can still be built, so the publisher can name the
+device and field that is wrong and leave only that device out (see ``plugin.slices``).
+
+Fields that are never published (``device_nodes``, ``env``) carry node-local facts the default
+prepare hook turns into CDI container edits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+
+class _APIModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel)
+
+    def to_api(self) -> dict[str, Any]:
+        """The object as resource.k8s.io/v1 JSON (camelCase, unset fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class DeviceAttribute(_APIModel):
+    """A device attribute value (API ``DeviceAttribute``): exactly one member must be set.
+
+    Plain Python values are accepted wherever an attribute is expected and converted:
+    ``bool`` → ``bool``, ``int`` → ``int``, ``str`` → ``string``. Use :func:`version` for a
+    semver value, and the list members (``ints`` …, alpha in 1.36) explicitly.
+    """
+
+    int_: int | None = Field(default=None, alias="int")
+    bool_: bool | None = Field(default=None, alias="bool")
+    string: str | None = None
+    version: str | None = None
+    ints: list[int] | None = None
+    bools: list[bool] | None = None
+    strings: list[str] | None = None
+    versions: list[str] | None = None
+
+    def members(self) -> list[str]:
+        """API names of the members that are set (an empty list counts as set)."""
+        return [
+            f.alias or k for k, f in type(self).model_fields.items() if getattr(self, k) is not None
+        ]
+
+    def value(self) -> Any:
+        """The single value that is set (the first one, if several are)."""
+        for k in type(self).model_fields:
+            v = getattr(self, k)
+            if v is not None:
+                return v
+        return None
+
+    def is_list(self) -> bool:
+        return any(getattr(self, k) is not None for k in ("ints", "bools", "strings", "versions"))
+
+    def value_count(self) -> int:
+        """Values this attribute contributes to the per-device limit of 48 (list = its length)."""
+        total = 0
+        for k in type(self).model_fields:
+            v = getattr(self, k)
+            if v is not None:
+                total += len(v) if isinstance(v, list) else 1
+        return total
+
+    @classmethod
+    def of(cls, value: Any) -> DeviceAttribute:
+        """Wrap a plain value: bool, int, str (string) or an existing DeviceAttribute/dict."""
+        if isinstance(value, DeviceAttribute):
+            return value
+        if isinstance(value, dict):
+            return cls.model_validate(value)
+        if isinstance(value, bool):
+            return cls(bool_=value)
+        if isinstance(value, int):
+            return cls(int_=value)
+        if isinstance(value, str):
+            return cls(string=value)
+        raise TypeError(f"unsupported attribute value type {type(value).__name__}: {value!r}")
+
+
+def version(value: str) -> DeviceAttribute:
+    """A semver attribute value (API ``DeviceAttribute.version``), e.g. ``version("1.2.3")``."""
+    return DeviceAttribute(version=value)
+
+
+class ValidRange(_APIModel):
+    """``requestPolicy.validRange``: quantities as strings (``"1Gi"``)."""
+
+    min: str | None = None
+    max: str | None = None
+    step: str | None = None
+
+
+class CapacityRequestPolicy(_APIModel):
+    """``capacity[k].requestPolicy`` (DRAConsumableCapacity): default plus one of validValues /
+    validRange. Only allowed when the device sets ``allowMultipleAllocations: true``."""
+
+    default: str | None = None
+    valid_values: list[str] | None = None
+    valid_range: ValidRange | None = None
+
+
+class DeviceCapacity(_APIModel):
+    """A capacity (API ``DeviceCapacity``); ``value`` is a Kubernetes quantity string."""
+
+    value: str
+    request_policy: CapacityRequestPolicy | None = None
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _quantity_to_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+    @classmethod
+    def of(cls, value: Any) -> DeviceCapacity:
+        if isinstance(value, DeviceCapacity):
+            return value
+        if isinstance(value, dict):
+            return cls.model_validate(value)
+        return cls(value=str(value))
+
+
+class Counter(_APIModel):
+    """A counter value (API ``Counter``): a quantity string."""
+
+    value: str
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _quantity_to_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+class CounterSet(_APIModel):
+    """A shared counter set (``spec.sharedCounters[]``), e.g. the memory of one physical GPU
+    that its partitions consume. ``name`` is a DNS label; counter keys are DNS labels."""
+
+    name: str
+    counters: dict[str, Counter]
+
+    @field_validator("counters", mode="before")
+    @classmethod
+    def _wrap(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: (c if isinstance(c, Counter | dict) else Counter(value=str(c)))
+                    for k, c in v.items()}
+        return v
+
+
+class DeviceCounterConsumption(_APIModel):
+    """``spec.devices[i].consumesCounters[j]``: what a device takes from a counter set."""
+
+    counter_set: str
+    counters: dict[str, Counter]
+
+    _wrap = field_validator("counters", mode="before")(CounterSet._wrap.__func__)  # type: ignore[attr-defined]
+
+
+class DeviceTaint(_APIModel):
+    """``spec.devices[i].taints[j]``: effect is ``NoSchedule``, ``NoExecute`` or ``None``."""
+
+    key: str
+    value: str | None = None
+    effect: str
+    time_added: str | None = None
+
+
+class Device(_APIModel):
+    """One device of a pool (API ``Device`` in resource.k8s.io/v1, no ``basic`` wrapper).
+
+    ``name`` must be a DNS label (≤ 63), unique in its pool and stable across restarts and
+    hot-plug (derive it from hardware identity, see :func:`discovery.names.dns_label`).
+    Attribute and capacity keys are qualified names; keys without a domain are in the
+    driver's domain. ``device_nodes`` and ``env`` are node-local and never published: the
+    default prepare hook puts them into the claim's CDI spec.
+    """
+
+    name: str
+    attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
+    capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
+    consumes_counters: list[DeviceCounterConsumption] | None = None
+    taints: list[DeviceTaint] | None = None
+    allow_multiple_allocations: bool | None = None
+    binds_to_node: bool | None = None
+    binding_conditions: list[str] | None = None
+    binding_failure_conditions: list[str] | None = None
+    node_name: str | None = None
+    node_selector: dict[str, Any] | None = None
+    all_nodes: bool | None = None
+    # node-local, never published
+    device_nodes: list[str] = Field(default_factory=list, exclude=True)
+    env: dict[str, str] = Field(default_factory=dict, exclude=True)
+
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _wrap_attributes(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: DeviceAttribute.of(a) for k, a in v.items()}
+        return v
+
+    @field_validator("capacity", mode="before")
+    @classmethod
+    def _wrap_capacity(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: DeviceCapacity.of(c) for k, c in v.items()}
+        return v
+
+    def to_api(self) -> dict[str, Any]:
+        out = super().to_api()
+        if not out.get("attributes"):
+            out.pop("attributes", None)
+        if not out.get("capacity"):
+            out.pop("capacity", None)
+        return out
+
+
+class Pool(BaseModel):
+    """A pool of devices and counter sets, published as one or more ResourceSlices.
+
+    ``name`` is the pool name (DNS subdomains joined by ``/``, ≤ 253). By default a pool is
+    node-local (``spec.nodeName`` = this node). Set exactly one of ``node_selector``,
+    ``all_nodes`` or ``per_device_node_selection`` for a pool that is not node-local.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    devices: list[Device] = Field(default_factory=list)
+    counter_sets: list[CounterSet] = Field(default_factory=list)
+    node_selector: dict[str, Any] | None = None
+    all_nodes: bool | None = None
+    per_device_node_selection: bool | None = None
+
+
+HealthState = Literal["Healthy", "Unhealthy", "Unknown"]
+
+
+class DeviceHealth(BaseModel):
+    """Health of one device as a plugin sees it (dra-health ``DeviceHealth``).
+
+    ``message`` is free text, truncated to 1024 bytes on the wire.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: HealthState = "Healthy"
+    message: str = ""

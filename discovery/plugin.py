@@ -1,0 +1,190 @@
+"""The interface a vendor implements: one class that finds devices and says how to prepare them.
+
+A discovery plugin is constructed once with a :class:`DiscoveryContext` and then asked to
+``discover()`` its pools (again after each hot-plug event in one of its ``subsystems``).
+drakit routes each allocated device to the plugin whose inventory holds it and calls
+``prepare`` with the device and its typed opaque config; everything else (sockets, kubelet
+versions, checkpoint, CDI files, ResourceSlices, claim status, health stream) is drakit's.
+
+Plugins are found through the entry point group ``drakit.discovery`` (name → class) or as
+``module:Class`` (see :mod:`discovery.loader`).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cdi.spec import ContainerEdits, DeviceNode
+from discovery.model import Device, DeviceHealth, Pool
+
+
+@dataclass(frozen=True)
+class DiscoveryContext:
+    """What a plugin gets at construction.
+
+    ``sysfs_root`` replaces ``/sys`` (tests pass a synthetic tree); ``dev_root`` replaces
+    ``/dev``. ``options`` are the plugin's own settings from the ``--config`` file
+    (``discovery.<plugin name>`` section), untyped.
+    """
+
+    driver_name: str
+    node_name: str
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def default_pool(self) -> str:
+        """The conventional node-local pool name: the node name."""
+        return self.node_name
+
+
+class ClaimRef(BaseModel):
+    """A ResourceClaim as the kubelet names it: namespace, name and UID."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    name: str
+    uid: str
+
+
+class DeviceRequest(BaseModel):
+    """One allocated device handed to :meth:`DiscoveryPlugin.prepare`.
+
+    ``request`` is the allocation result's request name (``main`` or ``main/sub`` for a
+    firstAvailable subrequest). ``share_id`` is the allocation result's shareID
+    (DRAConsumableCapacity), ``admin_access`` its adminAccess flag. ``config`` is the
+    plugin's ``config_model`` instance built from the opaque configs meant for this driver
+    and this request (class configs first, then claim configs; later keys win), or None
+    when the plugin declares no model. ``consumed_capacity`` maps capacity names to quantity
+    strings.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    claim: ClaimRef
+    request: str
+    pool: str
+    device: Device
+    share_id: str | None = None
+    admin_access: bool = False
+    config: BaseModel | None = None
+    consumed_capacity: dict[str, str] = Field(default_factory=dict)
+
+
+class Condition(BaseModel):
+    """A metav1.Condition for ``status.devices[].conditions``; ``last_transition_time`` is
+    filled in (RFC 3339, UTC) when left empty."""
+
+    type: str
+    status: str = "True"
+    reason: str = "Prepared"
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+
+class NetworkData(BaseModel):
+    """``status.devices[].networkData``: ips in canonical CIDR form (``192.0.2.5/24``)."""
+
+    interface_name: str | None = None
+    hardware_address: str | None = None
+    ips: list[str] = Field(default_factory=list)
+
+
+class DeviceStatus(BaseModel):
+    """What a prepare hook reports for AllocatedDeviceStatus. ``conditions`` None means the
+    default (one ``Ready`` condition); ``data`` is any JSON object (≤ 10 KiB)."""
+
+    conditions: list[Condition] | None = None
+    data: dict[str, Any] | None = None
+    network_data: NetworkData | None = None
+
+
+class PreparedDevice(BaseModel):
+    """The answer of a prepare hook for one device.
+
+    ``edits`` go into the claim's CDI spec under this device (must not be empty; drakit
+    adds an env var naming the device when it is). ``state`` is any JSON object the plugin
+    wants back at unprepare; it is recorded in the checkpoint.
+    """
+
+    edits: ContainerEdits = Field(default_factory=ContainerEdits)
+    status: DeviceStatus | None = None
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
+class UnprepareRequest(BaseModel):
+    """One previously prepared device handed to :meth:`DiscoveryPlugin.unprepare`. It is built
+    from the checkpoint alone: the claim may no longer exist in the API."""
+
+    claim: ClaimRef
+    request: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
+def env_name(device_name: str) -> str:
+    """An environment-variable-safe upper-case form of a device name (``gpu-0`` → ``GPU_0``)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", device_name).upper()
+
+
+class DiscoveryPlugin(ABC):
+    """Base class of every discovery plugin.
+
+    Class attributes:
+
+    - ``name``: the plugin's registry name (``--discovery NAME``).
+    - ``subsystems``: udev subsystems whose add/remove/change events trigger re-discovery
+      (e.g. ``("net",)``); empty means no hot-plug.
+    - ``config_model``: a pydantic model of the opaque configuration parameters, or None.
+      Unknown fields are errors. ``config_api_version`` / ``config_kind``, when set, must
+      match ``apiVersion`` / ``kind`` of the opaque object.
+    """
+
+    name: ClassVar[str] = ""
+    subsystems: ClassVar[tuple[str, ...]] = ()
+    config_model: ClassVar[type[BaseModel] | None] = None
+    config_api_version: ClassVar[str | None] = None
+    config_kind: ClassVar[str | None] = None
+
+    def __init__(self, context: DiscoveryContext) -> None:
+        self.context = context
+
+    @abstractmethod
+    def discover(self) -> list[Pool]:
+        """Return this plugin's pools with all their devices (the complete current inventory).
+
+        Must be cheap enough to run after every hot-plug event; must not raise for one odd
+        device (skip it and log instead).
+        """
+
+    def prepare(self, request: DeviceRequest) -> PreparedDevice:
+        """Prepare one device for a claim; return its CDI container edits and status.
+
+        The default puts the device's ``device_nodes`` and ``env`` into the edits, plus
+        ``DRAKIT_DEVICE_<NAME>=<pool>/<device>``. Raise an exception to fail the claim; its
+        message becomes the claim's error at the kubelet.
+        """
+        device = request.device
+        env = [f"{k}={v}" for k, v in sorted(device.env.items())]
+        env.append(f"DRAKIT_DEVICE_{env_name(device.name)}={request.pool}/{device.name}")
+        nodes = [DeviceNode(path=p) for p in device.device_nodes]
+        return PreparedDevice(edits=ContainerEdits(env=env, device_nodes=nodes or None))
+
+    def unprepare(self, request: UnprepareRequest) -> None:  # noqa: B027 - optional hook
+        """Undo ``prepare`` for one device; the default does nothing. Must be idempotent."""
+
+    def health(self) -> dict[tuple[str, str], DeviceHealth]:
+        """Health by (pool, device) for devices that are not simply healthy; the default
+        reports nothing, which means every discovered device is healthy."""
+        return {}

@@ -1,0 +1,144 @@
+"""Settings of the node agent: command-line flags, each with an environment variable, and an
+optional YAML ``--config`` file for per-plugin options.
+
+Flag names follow the Go drivers (``--node-name``, ``--kubelet-registrar-directory-path``,
+``--kubelet-plugins-directory-path``, ``--cdi-root``); every flag can also be set through the
+environment variable named in its help (NODE_NAME, …). Flags win over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from plugin.names import check_driver_name
+
+
+class Settings(BaseModel):
+    """Everything ``drakit run`` needs. Paths are host paths (the same inside the pod)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    driver_name: str
+    node_name: str
+    kubeconfig: str | None = None
+    registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    cdi_root: Path = Path("/var/run/cdi")
+    cdi_class: str = "device"
+    cdi_version_max: str | None = None
+    discovery: list[str] = Field(default_factory=lambda: ["net"])
+    config_file: Path | None = None
+    plugin_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    sysfs_root: Path = Path("/sys")
+    pod_uid: str | None = None
+    health: bool = True
+    health_resend_seconds: float = 10.0
+    http_endpoint: str | None = None
+    strict: bool = False
+    log_format: str = "text"
+    verbosity: int = 0
+    resync_seconds: float = 30.0
+    rescan_seconds: float = 30.0
+    orphan_grace_seconds: float = 300.0
+    orphan_check_seconds: float = 60.0
+
+    @field_validator("driver_name")
+    @classmethod
+    def _driver(cls, v: str) -> str:
+        return check_driver_name(v, "--driver-name")
+
+    @property
+    def data_dir(self) -> Path:
+        """The plugin data dir: ``<plugins dir>/<driver>`` (checkpoint, DRA socket)."""
+        return self.plugins_dir / self.driver_name
+
+
+def _env(name: str, default: Any = None) -> Any:
+    return os.environ.get(name, default)
+
+
+def _bool(v: str | bool | None) -> bool:
+    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``drakit run`` (each defaults to its environment variable)."""
+    p.add_argument("--driver-name", default=_env("DRIVER_NAME"), help="DRA driver name [DRIVER_NAME]")
+    p.add_argument("--node-name", default=_env("NODE_NAME"), help="this node's name [NODE_NAME]")
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
+                   help="kubeconfig file; in-cluster config when unset [KUBECONFIG]")
+    p.add_argument("--kubelet-registrar-directory-path",
+                   default=_env("KUBELET_REGISTRAR_DIRECTORY_PATH", "/var/lib/kubelet/plugins_registry"),
+                   help="kubelet plugin registration dir [KUBELET_REGISTRAR_DIRECTORY_PATH]")
+    p.add_argument("--kubelet-plugins-directory-path",
+                   default=_env("KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins"),
+                   help="kubelet plugins dir; the data dir is <this>/<driver> [KUBELET_PLUGINS_DIRECTORY_PATH]")
+    p.add_argument("--cdi-root", default=_env("CDI_ROOT", "/var/run/cdi"), help="CDI spec dir [CDI_ROOT]")
+    p.add_argument("--cdi-class", default=_env("CDI_CLASS", "device"),
+                   help="class part of the CDI kind <driver>/<class> [CDI_CLASS]")
+    p.add_argument("--cdi-version-max", default=_env("CDI_VERSION_MAX"),
+                   help="highest cdiVersion to write, e.g. 0.5.0 for podman 4.3 [CDI_VERSION_MAX]")
+    p.add_argument("--discovery", default=_env("DISCOVERY", "net"),
+                   help="comma-separated discovery plugins: entry point names or module:Class [DISCOVERY]")
+    p.add_argument("--config", default=_env("DRAKIT_CONFIG"),
+                   help="YAML file; its 'discovery' map holds per-plugin options [DRAKIT_CONFIG]")
+    p.add_argument("--sysfs-root", default=_env("SYSFS_ROOT", "/sys"), help="sysfs root [SYSFS_ROOT]")
+    p.add_argument("--pod-uid", default=_env("POD_UID"),
+                   help="pod UID: per-pod socket names for rolling updates [POD_UID]")
+    p.add_argument("--no-health", action="store_true", default=_bool(_env("DISABLE_HEALTH", "false")),
+                   help="do not serve or advertise the dra-health stream [DISABLE_HEALTH]")
+    p.add_argument("--http-endpoint", default=_env("HTTP_ENDPOINT"),
+                   help="host:port for /metrics, /healthz, /readyz [HTTP_ENDPOINT]")
+    p.add_argument("--strict", action="store_true", default=_bool(_env("STRICT", "false")),
+                   help="refuse to publish when any device breaks an API rule [STRICT]")
+    p.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
+                   help="log format [LOG_FORMAT]")
+    p.add_argument("-v", "--verbosity", type=int, default=int(_env("VERBOSITY", "0")),
+                   help="0 = info, 1+ = debug [VERBOSITY]")
+    p.add_argument("--resync-seconds", type=float, default=float(_env("RESYNC_SECONDS", "30")),
+                   help="ResourceSlice resync period [RESYNC_SECONDS]")
+
+
+def settings_from_args(ns: argparse.Namespace) -> Settings:
+    """Build Settings from parsed flags; raises ValueError with the flag name when a required
+    value is missing or the config file is unreadable."""
+    for flag, value in (("--driver-name", ns.driver_name), ("--node-name", ns.node_name)):
+        if not value:
+            raise ValueError(f"{flag} is required (or its environment variable)")
+    options: dict[str, dict[str, Any]] = {}
+    if ns.config:
+        try:
+            doc = yaml.safe_load(Path(ns.config).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ValueError(f"--config {ns.config}: {e}") from None
+        disc = doc.get("discovery", {}) if isinstance(doc, dict) else None
+        if not isinstance(disc, dict):
+            raise ValueError(f"--config {ns.config}: 'discovery' must be a map of plugin name to options")
+        options = {str(k): dict(v or {}) for k, v in disc.items()}
+    return Settings(
+        driver_name=ns.driver_name,
+        node_name=ns.node_name,
+        kubeconfig=ns.kubeconfig,
+        registrar_dir=Path(ns.kubelet_registrar_directory_path),
+        plugins_dir=Path(ns.kubelet_plugins_directory_path),
+        cdi_root=Path(ns.cdi_root),
+        cdi_class=ns.cdi_class,
+        cdi_version_max=ns.cdi_version_max,
+        discovery=[d.strip() for d in ns.discovery.split(",") if d.strip()],
+        config_file=Path(ns.config) if ns.config else None,
+        plugin_options=options,
+        sysfs_root=Path(ns.sysfs_root),
+        pod_uid=ns.pod_uid or None,
+        health=not ns.no_health,
+        http_endpoint=ns.http_endpoint,
+        strict=ns.strict,
+        log_format=ns.log_format,
+        verbosity=ns.verbosity,
+        resync_seconds=ns.resync_seconds,
+    )

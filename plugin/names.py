@@ -1,0 +1,75 @@
+"""Validation of names that become part of file paths or CDI names.
+
+Claim UIDs, namespaces, claim names, driver names, pools and device names arrive from the
+kubelet or the API server; before any of them touches a path it must pass these checks.
+Rules follow the Kubernetes API: namespaces and device names are DNS labels, claim names
+DNS subdomains, pool names ``/``-joined DNS subdomains, driver names lower-cased DNS
+subdomains ≤ 63 bytes. Claim UIDs are RFC 4122 UUIDs in practice; we accept the broader
+``[A-Za-z0-9][A-Za-z0-9._-]{0,127}`` so tests may use readable UIDs, but never ``/``, NUL or
+``..``.
+"""
+
+from __future__ import annotations
+
+import re
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
+DNS_SUBDOMAIN = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
+)
+UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+
+
+class InvalidNameError(ValueError):
+    """A name that is unsafe or invalid for its field; the message names the field."""
+
+
+def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, rule: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidNameError(f"{field}: Required value: must be a non-empty string")
+    if len(value.encode()) > max_len:
+        raise InvalidNameError(f"{field}: Too long: may not be more than {max_len} bytes")
+    if "\x00" in value or ".." in value or "/" in value or not pattern.fullmatch(value):
+        raise InvalidNameError(f"{field}: Invalid value: {value!r}: {rule}")
+    return value
+
+
+def check_claim_uid(value: object, field: str = "claim.uid") -> str:
+    """A claim UID that is safe in a file name (no ``/``, NUL, ``..``; ≤ 128 bytes)."""
+    return _check(field, value, UID, 128, "must be alphanumeric, '-', '_' or '.'")
+
+
+def check_namespace(value: object, field: str = "claim.namespace") -> str:
+    """A namespace: DNS label ≤ 63 bytes."""
+    return _check(field, value, DNS_LABEL, 63, "must be a lowercase RFC 1123 label")
+
+
+def check_object_name(value: object, field: str = "claim.name") -> str:
+    """An object name: DNS subdomain ≤ 253 bytes."""
+    return _check(field, value, DNS_SUBDOMAIN, 253, "must be a lowercase RFC 1123 subdomain")
+
+
+def check_device_name(value: object, field: str = "device") -> str:
+    """A device name: DNS label ≤ 63 bytes (ResourceSlice ``spec.devices[].name``)."""
+    return _check(field, value, DNS_LABEL, 63, "must be a lowercase RFC 1123 label")
+
+
+def check_driver_name(value: object, field: str = "driver") -> str:
+    """A driver name: ≤ 63 bytes, lower-case DNS subdomain (upper case is refused here even
+    though the API lower-cases before checking: a driver name also names sockets)."""
+    return _check(field, value, DNS_SUBDOMAIN, 63, "must be a lowercase RFC 1123 subdomain")
+
+
+def check_pool_name(value: object, field: str = "pool") -> str:
+    """A pool name: DNS subdomains joined by ``/``, ≤ 253 bytes in total."""
+    if not isinstance(value, str) or not value:
+        raise InvalidNameError(f"{field}: Required value: must be a non-empty string")
+    if len(value.encode()) > 253:
+        raise InvalidNameError(f"{field}: Too long: may not be more than 253 bytes")
+    for part in value.split("/"):
+        if not DNS_SUBDOMAIN.fullmatch(part):
+            raise InvalidNameError(
+                f"{field}: Invalid value: {value!r}: every '/'-separated part must be a "
+                "lowercase RFC 1123 subdomain"
+            )
+    return value

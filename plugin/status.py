@@ -1,0 +1,316 @@
+"""AllocatedDeviceStatus on ResourceClaims (``status.devices[]``, resource.k8s.io/v1).
+
+For every prepared device the discovery plugin may report conditions, ``data`` and
+``networkData``; drakit validates each entry against the API's rules (§13 of the validation
+fact sheet: ≤ 8 conditions, valid conditions, data a JSON object ≤ 10 KiB, interfaceName
+≤ 256 bytes, hardwareAddress ≤ 128 bytes, ≤ 16 canonical CIDR ips without duplicates, and
+driver/pool/device/shareID equal to an allocation result) and writes them with server-side
+apply on the ``status`` subresource under this driver's field manager. The list is a map keyed
+by (driver, pool, device, shareID), so entries of other drivers and other field managers are
+never touched. An invalid entry is left out with a logged, counted reason: the device is
+still usable, so the prepare does not fail.
+
+Writes happen on a background worker (latest desired state per claim wins; 409 and transient
+errors retry with backoff), so prepare never waits on the API for status; ``flush`` waits for
+the queue to drain (tests, shutdown).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from discovery.plugin import ClaimRef
+from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+
+log = logging.getLogger(__name__)
+
+MAX_CONDITIONS = 8
+MAX_DATA_BYTES = 10240
+MAX_INTERFACE_NAME = 256
+MAX_HARDWARE_ADDRESS = 128
+MAX_IPS = 16
+_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", re.ASCII)
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+
+
+class StatusAPI(Protocol):
+    def apply_claim_status_devices(
+        self, namespace: str, name: str, entries: list[dict[str, Any]], field_manager: str
+    ) -> Any: ...
+
+
+class StatusError(ValueError):
+    """An AllocatedDeviceStatus entry that breaks an API rule; names the field path."""
+
+
+def _check_condition_type(value: Any, path: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise StatusError(f"{path}: Required value")
+    prefix, _, name = value.rpartition("/")
+    if "/" in prefix or (value.count("/") and not prefix):
+        raise StatusError(f"{path}: Invalid value: {value!r}: prefix part must be non-empty")
+    if prefix and (len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
+        raise StatusError(f"{path}: Invalid value: {value!r}: prefix part must be a DNS subdomain")
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        raise StatusError(
+            f"{path}: Invalid value: {value!r}: name part must consist of alphanumeric "
+            "characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+        )
+
+
+def canonical_ip(value: Any, path: str) -> str:
+    """Check an interface address in CIDR form is canonical (``10.9.8.7/24``, RFC 5952 IPv6,
+    host bits allowed); return it. Raises StatusError naming ``path``."""
+    if not isinstance(value, str) or "/" not in value:
+        raise StatusError(
+            f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
+            "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+        )
+    try:
+        iface = ipaddress.ip_interface(value)
+    except ValueError:
+        raise StatusError(
+            f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
+            "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+        ) from None
+    ip, plen = iface.ip, iface.network.prefixlen
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip, plen = ip.ipv4_mapped, max(plen - 96, 0)
+    canonical = f"{ip}/{plen}"
+    if canonical != value:
+        raise StatusError(f"{path}: Invalid value: {value!r}: must be in canonical form ({canonical!r})")
+    return value
+
+
+def build_entry(
+    driver: str, d: PreparedDeviceRecord, path: str, now: str
+) -> dict[str, Any]:
+    """The ``status.devices[]`` entry for one prepared device (raises StatusError)."""
+    reported = d.status or {}
+    entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "device": d.device}
+    if d.share_id:
+        entry["shareID"] = d.share_id
+    conditions = reported.get("conditions")
+    if conditions is None:
+        conditions = [{"type": "Ready", "status": "True", "reason": "Prepared",
+                       "message": "device prepared by drakit"}]
+    if len(conditions) > MAX_CONDITIONS:
+        raise StatusError(f"{path}.conditions: Too many: {len(conditions)}: must have at most {MAX_CONDITIONS} items")
+    seen: set[str] = set()
+    out_conditions = []
+    for k, c in enumerate(conditions):
+        cp = f"{path}.conditions[{k}]"
+        _check_condition_type(c.get("type"), f"{cp}.type")
+        if c["type"] in seen:
+            raise StatusError(f"{cp}: Duplicate value: {c['type']!r}")
+        seen.add(c["type"])
+        if c.get("status") not in ("True", "False", "Unknown"):
+            raise StatusError(f'{cp}.status: Unsupported value: {c.get("status")!r}: supported values: "False", "True", "Unknown"')
+        reason = c.get("reason")
+        if not reason:
+            raise StatusError(f"{cp}.reason: Required value")
+        if len(reason.encode()) > 1024 or not _REASON.fullmatch(reason):
+            raise StatusError(f"{cp}.reason: Invalid value: {reason!r}: must match {_REASON.pattern} and be at most 1024 bytes")
+        message = c.get("message") or ""
+        if len(message.encode()) > 32768:
+            raise StatusError(f"{cp}.message: Too long: may not be more than 32768 bytes")
+        og = c.get("observed_generation", c.get("observedGeneration"))
+        if og is not None and (not isinstance(og, int) or og < 0):
+            raise StatusError(f"{cp}.observedGeneration: must be greater than or equal to zero")
+        cond = {"type": c["type"], "status": c["status"], "reason": reason, "message": message,
+                "lastTransitionTime": c.get("last_transition_time") or c.get("lastTransitionTime") or now}
+        if og is not None:
+            cond["observedGeneration"] = og
+        out_conditions.append(cond)
+    entry["conditions"] = out_conditions
+    data = reported.get("data")
+    if data is not None:
+        if not isinstance(data, dict):
+            raise StatusError(f"{path}.data: Invalid value: \"<value omitted>\": must be a valid JSON object")
+        size = len(json.dumps(data, separators=(",", ":")).encode())
+        if size > MAX_DATA_BYTES:
+            raise StatusError(f"{path}.data: Too long: may not be more than {MAX_DATA_BYTES} bytes")
+        entry["data"] = data
+    net = reported.get("network_data")
+    if net:
+        nd: dict[str, Any] = {}
+        name = net.get("interface_name")
+        if name:
+            if len(name.encode()) > MAX_INTERFACE_NAME:
+                raise StatusError(f"{path}.networkData.interfaceName: Too long: may not be more than {MAX_INTERFACE_NAME} bytes")
+            nd["interfaceName"] = name
+        hw = net.get("hardware_address")
+        if hw:
+            if len(hw.encode()) > MAX_HARDWARE_ADDRESS:
+                raise StatusError(f"{path}.networkData.hardwareAddress: Too long: may not be more than {MAX_HARDWARE_ADDRESS} bytes")
+            nd["hardwareAddress"] = hw
+        ips = net.get("ips") or []
+        if len(ips) > MAX_IPS:
+            raise StatusError(f"{path}.networkData.ips: Too many: {len(ips)}: must have at most {MAX_IPS} items")
+        seen_ips: set[str] = set()
+        for k, ip in enumerate(ips):
+            canonical_ip(ip, f"{path}.networkData.ips[{k}]")
+            if ip in seen_ips:
+                raise StatusError(f"{path}.networkData.ips[{k}]: Duplicate value: {ip!r}")
+            seen_ips.add(ip)
+        if ips:
+            nd["ips"] = list(ips)
+        if nd:
+            entry["networkData"] = nd
+    return entry
+
+
+def build_entries(
+    driver: str, rec: ClaimRecord, on_invalid: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """Entries for every device of ``rec``; invalid ones are left out, logged and reported
+    through ``on_invalid(reason)``. Duplicated keys keep the first entry."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entries: list[dict[str, Any]] = []
+    keys: set[tuple[str, str, str, str | None]] = set()
+    for i, d in enumerate(rec.devices):
+        path = f"ResourceClaim {rec.namespace}/{rec.name}: status.devices[{i}]"
+        key = (driver, d.pool, d.device, d.share_id)
+        try:
+            if key in keys:
+                raise StatusError(f"{path}: Duplicate value: {key}")
+            entries.append(build_entry(driver, d, path, now))
+            keys.add(key)
+        except StatusError as e:
+            log.warning("AllocatedDeviceStatus left out: %s", e, extra={"claim_uid": rec.uid})
+            if on_invalid:
+                on_invalid(str(e))
+    return entries
+
+
+def is_retryable(exc: BaseException) -> tuple[bool, float | None]:
+    """(retry?, Retry-After seconds) for an API exception: 409, 429, 5xx and connection
+    errors retry; 404 (claim gone) and other 4xx do not."""
+    status = getattr(exc, "status", None)
+    if status is None:
+        return True, None
+    if status == 404:
+        return False, None
+    retry_after = None
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        ra = headers.get("Retry-After") if hasattr(headers, "get") else None
+        retry_after = float(ra) if ra is not None else None
+    except (TypeError, ValueError):
+        retry_after = None
+    return status in (409, 429) or status >= 500, retry_after
+
+
+class StatusWriter:
+    """Writes this driver's AllocatedDeviceStatus entries in the background.
+
+    ``field_manager`` defaults to ``drakit/<driver>``. ``max_attempts`` bounds retries of one
+    claim's write (backoff 0.1 s doubling to 5 s, with jitter; Retry-After honoured).
+    """
+
+    def __init__(
+        self,
+        api: StatusAPI,
+        driver: str,
+        field_manager: str | None = None,
+        max_attempts: int = 8,
+        on_invalid: Callable[[str], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.driver = driver
+        self.field_manager = field_manager or f"drakit/{driver}"
+        self.max_attempts = max_attempts
+        self.on_invalid = on_invalid
+        self.on_error = on_error
+        self._cond = threading.Condition()
+        self._pending: dict[str, tuple[ClaimRef, list[dict[str, Any]]]] = {}
+        self._busy = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
+        self._thread.start()
+        self.writes = 0
+        self.failures = 0
+
+    def write(self, claim: ClaimRef, record: ClaimRecord) -> None:
+        """Queue the entries of a prepared claim."""
+        self._enqueue(claim, build_entries(self.driver, record, self.on_invalid))
+
+    def remove(self, claim: ClaimRef) -> None:
+        """Queue the removal of this driver's entries of ``claim`` (a missing claim is fine)."""
+        self._enqueue(claim, [])
+
+    def _enqueue(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
+        with self._cond:
+            self._pending[claim.uid] = (claim, entries)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued write finished (or was given up); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._stopped)
+                if self._stopped and not self._pending:
+                    return
+                uid = next(iter(self._pending))
+                claim, entries = self._pending.pop(uid)
+                self._busy = True
+            try:
+                self._apply(claim, entries)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _apply(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
+        delay = 0.1
+        for attempt in range(1, self.max_attempts + 1):
+            with self._cond:
+                if claim.uid in self._pending:
+                    return  # a newer desired state superseded this one
+            try:
+                self.api.apply_claim_status_devices(
+                    claim.namespace, claim.name, entries, self.field_manager
+                )
+                self.writes += 1
+                return
+            except Exception as e:
+                retry, after = is_retryable(e)
+                if not retry:
+                    if getattr(e, "status", None) != 404:
+                        self._failed(claim, f"{e}")
+                    return
+                if attempt == self.max_attempts:
+                    self._failed(claim, f"gave up after {attempt} attempts: {e}")
+                    return
+                wait = after if after is not None else delay * (0.5 + random.random())
+                time.sleep(min(wait, 30.0))
+                delay = min(delay * 2, 5.0)
+
+    def _failed(self, claim: ClaimRef, why: str) -> None:
+        self.failures += 1
+        log.error("writing AllocatedDeviceStatus of ResourceClaim %s/%s failed: %s",
+                  claim.namespace, claim.name, why, extra={"claim_uid": claim.uid})
+        if self.on_error:
+            self.on_error(why)
