@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+
+_ALIAS_EXCEPTIONS = {"clos_id": "closID", "enable_cmt": "enableCMT", "enable_mbm": "enableMBM"}
+
+
+def _cdi_alias(name: str) -> str:
+    """The CDI JSON key of a snake_case attribute (camelCase, with the spec's irregular keys)."""
+    return _ALIAS_EXCEPTIONS.get(name) or to_camel(name)
 
 
 class _CDIModel(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=False
+        extra="forbid", populate_by_name=True, alias_generator=_cdi_alias, frozen=False
     )
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -68,13 +75,13 @@ class IntelRdt(_CDIModel):
     ``enable_cmt``/``enable_mbm`` exist only in 0.7.0 to 1.0.0: a 1.1.0 reader rejects them.
     """
 
-    clos_id: str | None = Field(default=None, alias="closID")
+    clos_id: str | None = None
     l3_cache_schema: str | None = None
     mem_bw_schema: str | None = None
     schemata: list[str] | None = None
     enable_monitoring: bool | None = None
-    enable_cmt: bool | None = Field(default=None, alias="enableCMT")
-    enable_mbm: bool | None = Field(default=None, alias="enableMBM")
+    enable_cmt: bool | None = None
+    enable_mbm: bool | None = None
 
 
 class NetDevice(_CDIModel):

@@ -76,9 +76,9 @@ class DeviceAttribute(_APIModel):
         if isinstance(value, dict):
             return cls.model_validate(value)
         if isinstance(value, bool):
-            return cls(bool_=value)
+            return cls.model_validate({"bool": value})
         if isinstance(value, int):
-            return cls(int_=value)
+            return cls.model_validate({"int": value})
         if isinstance(value, str):
             return cls(string=value)
         raise TypeError(f"unsupported attribute value type {type(value).__name__}: {value!r}")

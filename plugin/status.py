@@ -48,6 +48,8 @@ class StatusAPI(Protocol):
         self, namespace: str, name: str, entries: list[dict[str, Any]], field_manager: str
     ) -> Any: ...
 
+    def remove_claim_status_devices(self, namespace: str, name: str, field_manager: str) -> Any: ...
+
 
 class StatusError(ValueError):
     """An AllocatedDeviceStatus entry that breaks an API rule; names the field path."""
@@ -290,9 +292,14 @@ class StatusWriter:
                 if claim.uid in self._pending:
                     return  # a newer desired state superseded this one
             try:
-                self.api.apply_claim_status_devices(
-                    claim.namespace, claim.name, entries, self.field_manager
-                )
+                if entries:
+                    self.api.apply_claim_status_devices(
+                        claim.namespace, claim.name, entries, self.field_manager
+                    )
+                else:
+                    self.api.remove_claim_status_devices(
+                        claim.namespace, claim.name, self.field_manager
+                    )
                 self.writes += 1
                 return
             except Exception as e:

@@ -1,0 +1,238 @@
+"""CDI name rules: vendor, class, kind, device name, qualified device name, annotation keys.
+
+The rules are the *safe writer* rules (CDI fact sheet §3): slightly stricter than the Go
+parser of every released CDI library, so every name drakit writes is recognised by every
+runtime (podman 4.3's CDI v0.5.2 up to CDI v1.1.0).
+
+- vendor: lowercase DNS-1123 subdomain starting with a letter, 2-253 characters
+  (one character panics CDI libraries ≤ v1.1.0, PR #321).
+- class: starts with a lowercase letter, ends alphanumeric, ``[a-z0-9_-]`` in between,
+  2-63 characters. A ``.`` in the class is accepted by the rule but forces cdiVersion
+  0.6.0 (see :mod:`cdi.version`), which older runtimes do not recognise at all.
+- device name: ``[A-Za-z0-9]``, optionally ``[A-Za-z0-9_.-]*`` then ``[A-Za-z0-9]``;
+  no ``/``, ``=`` or ``:``. A leading digit forces cdiVersion 0.5.0.
+- qualified device name: ``vendor/class=name`` (split at the first ``=``, then the left
+  side at the first ``/``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from cdi.errors import CDINameError
+
+_VENDOR_RE = re.compile(r"[a-z](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*")
+_CLASS_RE = re.compile(r"[a-z][a-z0-9_.-]*[a-z0-9]")
+_DEVICE_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN_RE = re.compile(
+    r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
+)
+_ANNOTATION_NAME_RE = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_FILE_COMPONENT_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+
+VENDOR_MAX_LENGTH = 253
+"""Longest vendor name (DNS-1123 subdomain)."""
+CLASS_MAX_LENGTH = 63
+"""Longest class name (CDI SPEC.md)."""
+CLAIM_UID_MAX_LENGTH = 128
+"""Longest claim UID accepted in a spec file name (a Kubernetes UID has 36 characters)."""
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+"""All annotation keys plus values together (Kubernetes annotation rule, CDI §3.4)."""
+
+
+def vendor_error(vendor: str) -> str | None:
+    """Why ``vendor`` is not a valid CDI vendor name, or None when it is."""
+    if len(vendor) < 2:
+        return f"vendor {vendor!r} must have at least 2 characters"
+    if len(vendor) > VENDOR_MAX_LENGTH:
+        return f"vendor must have at most {VENDOR_MAX_LENGTH} characters (has {len(vendor)})"
+    if not _VENDOR_RE.fullmatch(vendor):
+        return (
+            f"vendor {vendor!r} must be a lowercase DNS subdomain starting with a letter "
+            "(dot-separated labels of [a-z0-9-], each starting and ending alphanumeric)"
+        )
+    return None
+
+
+def class_error(cls: str) -> str | None:
+    """Why ``cls`` is not a valid CDI class name, or None when it is."""
+    if len(cls) < 2:
+        return f"class {cls!r} must have at least 2 characters"
+    if len(cls) > CLASS_MAX_LENGTH:
+        return f"class must have at most {CLASS_MAX_LENGTH} characters (has {len(cls)})"
+    if not _CLASS_RE.fullmatch(cls):
+        return (
+            f"class {cls!r} must start with a lowercase letter, end with a lowercase letter "
+            "or digit and contain only [a-z0-9_-] (and '.', CDI 0.6.0+) in between"
+        )
+    return None
+
+
+def device_name_error(name: str) -> str | None:
+    """Why ``name`` is not a valid CDI device name, or None when it is."""
+    if not name:
+        return "device name must not be empty"
+    if not _DEVICE_RE.fullmatch(name):
+        return (
+            f"device name {name!r} must start and end with a letter or digit and contain "
+            "only [A-Za-z0-9_.-] in between"
+        )
+    return None
+
+
+def validate_vendor(vendor: str) -> str:
+    """Return ``vendor`` or raise :class:`CDINameError`."""
+    err = vendor_error(vendor)
+    if err:
+        raise CDINameError(err)
+    return vendor
+
+
+def validate_class(cls: str) -> str:
+    """Return ``cls`` or raise :class:`CDINameError`."""
+    err = class_error(cls)
+    if err:
+        raise CDINameError(err)
+    return cls
+
+
+def validate_device_name(name: str) -> str:
+    """Return ``name`` or raise :class:`CDINameError`."""
+    err = device_name_error(name)
+    if err:
+        raise CDINameError(err)
+    return name
+
+
+def kind_error(kind: str) -> str | None:
+    """Why ``kind`` (``vendor/class``) is invalid, or None when it is valid."""
+    vendor, sep, cls = kind.partition("/")
+    if not sep or not vendor or not cls:
+        return f"kind {kind!r} must be 'vendor/class'"
+    return vendor_error(vendor) or class_error(cls)
+
+
+def parse_kind(kind: str) -> tuple[str, str]:
+    """Split ``vendor/class`` at the first ``/`` and validate both parts.
+
+    Raises :class:`CDINameError`.
+    """
+    err = kind_error(kind)
+    if err:
+        raise CDINameError(err)
+    vendor, _, cls = kind.partition("/")
+    return vendor, cls
+
+
+def qualified_name(kind: str, name: str) -> str:
+    """The qualified device name ``vendor/class=name`` (the CDI device ID a runtime takes).
+
+    Raises :class:`CDINameError` when ``kind`` or ``name`` breaks the rules.
+    """
+    parse_kind(kind)
+    validate_device_name(name)
+    return f"{kind}={name}"
+
+
+def parse_qualified_name(device: str) -> tuple[str, str, str]:
+    """Split ``vendor/class=name`` into ``(vendor, class, name)``, validating each part.
+
+    Empty input or input starting with ``/`` is not a CDI name (runtimes take it as a host
+    device path). Raises :class:`CDINameError`.
+    """
+    if not device or device.startswith("/"):
+        raise CDINameError(f"{device!r} is not a qualified CDI device name (vendor/class=name)")
+    kind, sep, name = device.partition("=")
+    if not sep:
+        raise CDINameError(f"{device!r} is not a qualified CDI device name: missing '='")
+    try:
+        vendor, cls = parse_kind(kind)
+        validate_device_name(name)
+    except CDINameError as exc:
+        raise CDINameError(f"{device!r} is not a valid qualified CDI device name: {exc}") from None
+    return vendor, cls, name
+
+
+def is_qualified_name(device: str) -> bool:
+    """True when ``device`` parses as a valid qualified device name."""
+    try:
+        parse_qualified_name(device)
+    except CDINameError:
+        return False
+    return True
+
+
+def claim_uid_error(claim_uid: str) -> str | None:
+    """Why ``claim_uid`` may not be used inside a file name, or None when it may.
+
+    Accepted: 1-128 characters of ``[A-Za-z0-9_.-]``, starting and ending alphanumeric
+    (so no ``/``, no ``..`` component, no NUL, no hidden-file dot).
+    """
+    if not claim_uid:
+        return "claim UID must not be empty"
+    if len(claim_uid) > CLAIM_UID_MAX_LENGTH:
+        return f"claim UID must have at most {CLAIM_UID_MAX_LENGTH} characters"
+    if not _FILE_COMPONENT_RE.fullmatch(claim_uid):
+        return (
+            f"claim UID {claim_uid!r} must contain only [A-Za-z0-9_.-] and start and end with "
+            "a letter or digit"
+        )
+    return None
+
+
+def validate_claim_uid(claim_uid: str) -> str:
+    """Return ``claim_uid`` or raise :class:`CDINameError` (see :func:`claim_uid_error`)."""
+    err = claim_uid_error(claim_uid)
+    if err:
+        raise CDINameError(err)
+    return claim_uid
+
+
+def claim_device_name(claim_uid: str, device_name: str) -> str:
+    """A per-claim device name ``<claimUID>-<device>`` (CDI fact sheet §3.7).
+
+    Prefixing with the claim UID keeps a stale file of another claim from ever defining the
+    same qualified name. A UID starting with a digit makes the spec cdiVersion 0.5.0.
+    Raises :class:`CDINameError`.
+    """
+    validate_claim_uid(claim_uid)
+    return validate_device_name(f"{claim_uid}-{device_name}")
+
+
+def annotation_key_error(key: str) -> str | None:
+    """Why ``key`` is not a valid annotation key (Kubernetes rule), or None.
+
+    Key = optional DNS-1123 subdomain prefix (≤ 253) and ``/``, then a name of ≤ 63
+    characters ``([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]``.
+    """
+    prefix, sep, name = key.rpartition("/")
+    if sep:
+        if not prefix:
+            return f"annotation key {key!r}: prefix before '/' must not be empty"
+        if len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
+            return f"annotation key {key!r}: prefix must be a lowercase DNS subdomain (≤ 253)"
+    if not name:
+        return f"annotation key {key!r}: name must not be empty"
+    if len(name) > 63:
+        return f"annotation key {key!r}: name must have at most 63 characters"
+    if not _ANNOTATION_NAME_RE.fullmatch(name):
+        return (
+            f"annotation key {key!r}: name must start and end alphanumeric with only "
+            "[-A-Za-z0-9_.] in between"
+        )
+    return None
+
+
+def annotations_errors(annotations: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Problems in an annotations map as ``(key, message)``; key ``""`` for the size rule."""
+    out: list[tuple[str, str]] = []
+    total = 0
+    for key, value in annotations.items():
+        err = annotation_key_error(key)
+        if err:
+            out.append((key, err))
+        total += len(key.encode()) + len(str(value).encode())
+    if total > ANNOTATIONS_MAX_BYTES:
+        out.append(("", f"annotations total {total} bytes, more than {ANNOTATIONS_MAX_BYTES}"))
+    return out

@@ -1,0 +1,274 @@
+"""A directory of per-claim CDI spec files, written atomically.
+
+One file per claim: ``<root_dir>/<vendor>-<class>_<claimUID>.json`` (the CDI library's
+transient spec name, CDI fact sheet §3.7), JSON, mode 0644, written with
+:func:`cdi.atomic.atomic_write` (temp file ``.<name>.<random>.tmp`` in the same directory,
+fsync, rename, fsync of the directory), so a runtime never reads a partial file and its
+file watcher sees the rename.
+
+Before a file is written its spec is compacted, its device nodes filled from the host
+(:class:`cdi.hostnodes.HostNodes`), its cdiVersion computed and capped
+(:func:`cdi.version.resolve_version`) and every rule checked (:func:`cdi.validate.validate_spec`);
+a qualified device name already defined by another file in the directory is refused
+(runtimes drop such a device entirely, CDI fact sheet §3.5). A spec with zero devices is
+never written: the claim's file is removed instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdi.atomic import atomic_write, remove_durably
+from cdi.errors import CDINameError, SpecConflictError
+from cdi.hostnodes import HostNodes
+from cdi.names import validate_claim_uid, validate_class, validate_vendor
+from cdi.spec import ContainerEdits, Device, Spec
+from cdi.validate import SPEC_FILE_EXTENSIONS, load_spec_file, validate_spec
+from cdi.version import resolve_version, version_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CDI_ROOT = "/var/run/cdi"
+"""The runtimes' dynamic (higher-priority) spec directory."""
+STATIC_CDI_ROOT = "/etc/cdi"
+"""The runtimes' static (lower-priority) spec directory."""
+DEFAULT_SPEC_DIRS: tuple[str, ...] = (STATIC_CDI_ROOT, DEFAULT_CDI_ROOT)
+"""Runtimes' default spec directories, lowest priority first."""
+FILE_NAME_MAX_BYTES = 255
+
+
+def read_spec_summary(path: Path) -> tuple[str, list[str]] | None:
+    """``(kind, device names)`` of a spec file, decoded leniently; None when unreadable."""
+    try:
+        raw = path.read_bytes()
+        data: Any = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        return None
+    names = [
+        d["name"]
+        for d in data.get("devices") or []
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
+    ]
+    return data["kind"], names
+
+
+def spec_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Regular files directly in ``directory`` that runtimes read (``.json``/``.yaml``),
+    sorted by name; empty when the directory does not exist."""
+    out = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.name.endswith(SPEC_FILE_EXTENSIONS) and entry.is_file(follow_symlinks=True):
+            out.append(Path(entry.path))
+    return sorted(out)
+
+
+class SpecStore:
+    """Per-claim CDI spec files of one driver kind (``vendor/class``) in ``root_dir``.
+
+    ``max_version`` caps the cdiVersion (e.g. ``"0.5.0"`` for podman 4.3); None means no
+    cap. ``host_root`` is where the host's ``/`` is visible for filling device nodes
+    (None: never stat, nodes are written as given). Raises :class:`CDINameError` for bad
+    vendor/class and :class:`cdi.errors.CDIVersionError` for an unknown ``max_version``.
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        vendor: str,
+        cls: str,
+        max_version: str | None = None,
+        host_root: str | os.PathLike[str] | None = "/",
+    ) -> None:
+        self.root_dir = Path(root_dir)
+        self.vendor = validate_vendor(vendor)
+        self.cls = validate_class(cls)
+        if max_version is not None:
+            version_key(max_version)
+        self.max_version = max_version
+        self.host_nodes = HostNodes(host_root) if host_root is not None else None
+        self._lock = threading.Lock()
+
+    @property
+    def kind(self) -> str:
+        """The CDI kind ``vendor/class`` of every spec in this store."""
+        return f"{self.vendor}/{self.cls}"
+
+    @property
+    def file_prefix(self) -> str:
+        """``<vendor>-<class>_``: the start of every file name of this store."""
+        return f"{self.vendor}-{self.cls}_"
+
+    def path_for(self, claim_uid: str) -> Path:
+        """``<root_dir>/<vendor>-<class>_<claimUID>.json``. Raises :class:`CDINameError`
+        for a claim UID unsafe in a file name (``/``, ``..``, NUL, over-long, …)."""
+        validate_claim_uid(claim_uid)
+        name = f"{self.file_prefix}{claim_uid}.json"
+        if len(name.encode()) > FILE_NAME_MAX_BYTES:
+            raise CDINameError(f"spec file name for claim UID {claim_uid!r} is too long")
+        return self.root_dir / name
+
+    def qualified_name(self, device_name: str) -> str:
+        """``vendor/class=device_name`` (the CDI device ID)."""
+        return f"{self.kind}={device_name}"
+
+    def build(
+        self,
+        devices: Sequence[Device],
+        spec_edits: ContainerEdits | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> Spec:
+        """The spec that :meth:`write` would write: compacted, device nodes filled from
+        the host, cdiVersion set to the minimum, validated.
+
+        Raises :class:`cdi.errors.SpecValidationError`, :class:`cdi.errors.CDIVersionError`
+        or :class:`cdi.errors.HostNodeError`.
+        """
+        spec = Spec(
+            kind=self.kind,
+            annotations=annotations,
+            devices=list(devices),
+            container_edits=spec_edits,
+        ).compacted()
+        if self.host_nodes is not None:
+            spec = self.host_nodes.fill_spec(spec)
+        spec.cdi_version = resolve_version(spec, self.max_version)
+        validate_spec(spec, self.max_version)
+        return spec
+
+    def write(
+        self,
+        claim_uid: str,
+        devices: Sequence[Device],
+        spec_edits: ContainerEdits | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> list[str]:
+        """Write (or replace) the claim's spec; returns its qualified device names in order.
+
+        With no devices the claim's file is removed and ``[]`` returned. On any error
+        nothing is written and the old file (if any) is unchanged. Raises
+        :class:`CDINameError`, :class:`cdi.errors.SpecValidationError`,
+        :class:`cdi.errors.CDIVersionError`, :class:`cdi.errors.HostNodeError`,
+        :class:`SpecConflictError` or ``OSError``.
+        """
+        path = self.path_for(claim_uid)
+        if not devices:
+            self.remove(claim_uid)
+            return []
+        spec = self.build(devices, spec_edits, annotations)
+        ids = [self.qualified_name(d.name) for d in spec.devices]
+        data = (json.dumps(spec.to_json_dict(), indent=2) + "\n").encode()
+        with self._lock:
+            self._check_conflicts(path, {d.name for d in spec.devices})
+            self._ensure_dir()
+            atomic_write(path, data, mode=0o644)
+        log.debug("wrote CDI spec %s (cdiVersion %s, %d devices)", path, spec.cdi_version, len(ids))
+        return ids
+
+    def ensure_ready(self) -> None:
+        """Startup check: create ``root_dir`` (mode 0755) when missing and prove it is
+        writable by creating and removing a temp file in it (a read-only or missing host
+        mount otherwise only shows at the first prepare, CDI fact sheet §6 #10).
+
+        Raises ``OSError`` naming the directory.
+        """
+        try:
+            self._ensure_dir()
+            fd, tmp = tempfile.mkstemp(dir=self.root_dir, prefix=".drakit-probe.", suffix=".tmp")
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"CDI spec directory {self.root_dir} is not writable: {exc.strerror or exc}",
+            ) from exc
+
+    def _ensure_dir(self) -> None:
+        if not self.root_dir.is_dir():
+            self.root_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.chmod(self.root_dir, 0o755)
+
+    def _check_conflicts(self, own: Path, names: set[str]) -> None:
+        for other in spec_files(self.root_dir):
+            if other.name == own.name:
+                continue
+            summary = read_spec_summary(other)
+            if summary is None or summary[0] != self.kind:
+                continue
+            clash = sorted(names.intersection(summary[1]))
+            if clash:
+                qname = self.qualified_name(clash[0])
+                raise SpecConflictError(
+                    f"CDI device {qname} is already defined in {other}; a name defined in "
+                    f"two files of {self.root_dir} is dropped by runtimes",
+                    qname,
+                    str(other),
+                )
+
+    def remove(self, claim_uid: str) -> bool:
+        """Remove the claim's spec file durably. Returns False when there was none.
+        Raises :class:`CDINameError` for an unsafe claim UID, ``OSError`` otherwise."""
+        path = self.path_for(claim_uid)
+        with self._lock:
+            return remove_durably(path)
+
+    def exists(self, claim_uid: str) -> bool:
+        """True when the claim's spec file exists."""
+        return self.path_for(claim_uid).is_file()
+
+    def read(self, claim_uid: str) -> Spec | None:
+        """The claim's spec as written, or None when absent (strict decode, no rule checks)."""
+        path = self.path_for(claim_uid)
+        try:
+            return load_spec_file(path)
+        except FileNotFoundError:
+            return None
+
+    def list_specs(self) -> list[str]:
+        """Claim UIDs of this store's files in ``root_dir`` (sorted).
+
+        A file counts when its name is ``<vendor>-<class>_<claimUID>.json`` with a valid
+        claim UID and, when it decodes, its kind is this store's kind (names alone are
+        ambiguous: vendor ``a-b`` class ``c`` and vendor ``a`` class ``b-c``).
+        """
+        out = []
+        for path in spec_files(self.root_dir):
+            name = path.name
+            if not (name.startswith(self.file_prefix) and name.endswith(".json")):
+                continue
+            uid = name[len(self.file_prefix) : -len(".json")]
+            try:
+                validate_claim_uid(uid)
+            except CDINameError:
+                continue
+            summary = read_spec_summary(path)
+            if summary is not None and summary[0] != self.kind:
+                continue
+            out.append(uid)
+        return out
+
+    def remove_orphans(self, keep: Iterable[str]) -> list[str]:
+        """Remove this store's files whose claim UID is not in ``keep`` (startup
+        reconciliation against the checkpoint). Returns the removed claim UIDs."""
+        keep_set = set(keep)
+        removed = []
+        for uid in self.list_specs():
+            if uid not in keep_set and self.remove(uid):
+                removed.append(uid)
+        return removed

@@ -1,0 +1,99 @@
+"""Device discovery for drakit: the device model, the plugin interface vendors implement,
+plugin loading, name helpers, sysfs readers, the hot-plug monitor and test helpers.
+
+A vendor needs only these names (see examples/drakit-example-vendor)::
+
+    from discovery import Device, DiscoveryPlugin, Pool, Sysfs, dns_label
+
+It knows nothing about gRPC or the kubelet (shared/design.md).
+"""
+
+from discovery.hotplug import HotplugMonitor
+from discovery.loader import (
+    ENTRY_POINT_GROUP,
+    PluginLoadError,
+    available_plugins,
+    load_plugin_class,
+    load_plugins,
+)
+from discovery.model import (
+    CapacityRequestPolicy,
+    Counter,
+    CounterSet,
+    Device,
+    DeviceAttribute,
+    DeviceCapacity,
+    DeviceCounterConsumption,
+    DeviceHealth,
+    DeviceTaint,
+    Pool,
+    ValidRange,
+    version,
+)
+from discovery.names import (
+    NUMA_NODE,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    dns_label,
+    dns_labels,
+    is_c_identifier,
+    is_dns_label,
+    is_qualified_name,
+    qualified_name,
+)
+from discovery.plugin import (
+    ClaimRef,
+    Condition,
+    DeviceRequest,
+    DeviceStatus,
+    DiscoveryContext,
+    DiscoveryPlugin,
+    NetworkData,
+    PreparedDevice,
+    UnprepareRequest,
+    env_name,
+)
+from discovery.sysfs import Sysfs
+from discovery.testing import SysfsBuilder
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "NUMA_NODE",
+    "PCIE_ROOT",
+    "PCI_BUS_ID",
+    "CapacityRequestPolicy",
+    "ClaimRef",
+    "Condition",
+    "Counter",
+    "CounterSet",
+    "Device",
+    "DeviceAttribute",
+    "DeviceCapacity",
+    "DeviceCounterConsumption",
+    "DeviceHealth",
+    "DeviceRequest",
+    "DeviceStatus",
+    "DeviceTaint",
+    "DiscoveryContext",
+    "DiscoveryPlugin",
+    "HotplugMonitor",
+    "NetworkData",
+    "PluginLoadError",
+    "Pool",
+    "PreparedDevice",
+    "Sysfs",
+    "SysfsBuilder",
+    "UnprepareRequest",
+    "ValidRange",
+    "available_plugins",
+    "dns_label",
+    "dns_labels",
+    "env_name",
+    "is_c_identifier",
+    "is_dns_label",
+    "is_qualified_name",
+    "load_plugin_class",
+    "load_plugins",
+    "qualified_name",
+    "version",
+]

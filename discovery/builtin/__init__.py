@@ -1,0 +1,17 @@
+"""The discovery plugins shipped with drakit: ``net``, ``pci`` and ``example``.
+
+They are registered under the entry point group ``drakit.discovery`` (pyproject.toml);
+:data:`BUILTIN_PLUGINS` names them too, so they load even from a source checkout that was
+never installed.
+"""
+
+from __future__ import annotations
+
+BUILTIN_PLUGINS: dict[str, str] = {
+    "net": "discovery.builtin.net:NetDiscovery",
+    "pci": "discovery.builtin.pci:PciDiscovery",
+    "example": "discovery.builtin.example:ExampleDiscovery",
+}
+"""Built-in plugin name → ``module:Class``."""
+
+__all__ = ["BUILTIN_PLUGINS"]

@@ -1,0 +1,123 @@
+"""Finding discovery plugins by name: entry points, built-ins, or ``module:Class``.
+
+A name is resolved in this order:
+
+1. ``module:Class`` (contains ``:``): the class is imported directly (local code);
+2. a built-in (``net``, ``pci``, ``example``; :data:`discovery.builtin.BUILTIN_PLUGINS`);
+3. an entry point of the group ``drakit.discovery`` (``importlib.metadata``): the way an
+   installed vendor package registers its plugin::
+
+       [project.entry-points."drakit.discovery"]
+       acme = "drakit_acme.plugin:AcmeDiscovery"
+
+Built-ins win over an entry point of the same name (a warning is logged), so an installed
+package cannot silently replace them. Errors are :class:`PluginLoadError` naming the plugin
+and, for an unknown name, listing the available ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from importlib.metadata import entry_points
+
+from discovery.builtin import BUILTIN_PLUGINS
+from discovery.plugin import DiscoveryContext, DiscoveryPlugin
+
+ENTRY_POINT_GROUP = "drakit.discovery"
+"""The entry point group vendor packages register their plugin classes under."""
+
+_log = logging.getLogger(__name__)
+
+
+class PluginLoadError(Exception):
+    """A discovery plugin could not be found, imported or constructed."""
+
+
+def available_plugins() -> dict[str, str]:
+    """Every plugin name that can be loaded → its ``module:Class`` (built-ins and entry
+    points of group ``drakit.discovery``), sorted by name."""
+    found: dict[str, str] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in BUILTIN_PLUGINS and ep.value != BUILTIN_PLUGINS[ep.name]:
+            _log.warning("entry point %s = %s (%s) shadows a built-in plugin; ignored",
+                         ep.name, ep.value, getattr(ep.dist, "name", "?"))
+            continue
+        found.setdefault(ep.name, ep.value)
+    found.update(BUILTIN_PLUGINS)
+    return dict(sorted(found.items()))
+
+
+def _import(name: str, target: str) -> type[DiscoveryPlugin]:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise PluginLoadError(f"discovery plugin {name!r}: {target!r} is not 'module:Class'")
+    try:
+        obj: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except ImportError as e:
+        raise PluginLoadError(f"discovery plugin {name!r}: cannot import {module_name}: {e}"
+                              ) from e
+    except AttributeError:
+        raise PluginLoadError(f"discovery plugin {name!r}: {module_name} has no {attr}"
+                              ) from None
+    if not (isinstance(obj, type) and issubclass(obj, DiscoveryPlugin)):
+        raise PluginLoadError(f"discovery plugin {name!r}: {target} is not a DiscoveryPlugin "
+                              "subclass")
+    return obj
+
+
+def load_plugin_class(name: str) -> type[DiscoveryPlugin]:
+    """The plugin class for ``name`` (a registered name or ``module:Class``).
+
+    Raises :class:`PluginLoadError`: unknown name (listing the available ones), import
+    failure, or a target that is not a :class:`DiscoveryPlugin` subclass."""
+    if ":" in name:
+        return _import(name, name)
+    available = available_plugins()
+    target = available.get(name)
+    if target is None:
+        listed = ", ".join(available) or "none"
+        raise PluginLoadError(f"unknown discovery plugin {name!r}; available: {listed} "
+                              "(or give module:Class)")
+    return _import(name, target)
+
+
+def plugin_name(name: str, cls: type[DiscoveryPlugin]) -> str:
+    """The name a loaded plugin goes by: the name it was registered under, or for
+    ``module:Class`` the class's ``name`` attribute (the spec itself when that is empty)."""
+    if ":" in name:
+        return cls.name or name
+    return name
+
+
+def load_plugins(
+    names: Iterable[str],
+    context_factory: Callable[[str], DiscoveryContext],
+) -> list[DiscoveryPlugin]:
+    """Construct the plugins ``names`` in order, each with ``context_factory(plugin name)``
+    (see :func:`plugin_name`; use it to hand each plugin its own ``options``).
+
+    Raises :class:`PluginLoadError` for an unknown or broken plugin, a name given twice, or a
+    constructor that fails (e.g. invalid options): the message names the plugin.
+    """
+    plugins: list[DiscoveryPlugin] = []
+    seen: set[str] = set()
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        cls = load_plugin_class(name)
+        pname = plugin_name(name, cls)
+        if pname in seen:
+            raise PluginLoadError(f"discovery plugin {pname!r} is given twice")
+        seen.add(pname)
+        try:
+            plugins.append(cls(context_factory(pname)))
+        except PluginLoadError:
+            raise
+        except Exception as e:
+            raise PluginLoadError(f"discovery plugin {pname!r}: {e}") from e
+    return plugins

@@ -1,0 +1,201 @@
+"""The node agent: wires discovery, inventory, checkpoint, CDI store, claim status, slice
+publishing, hot-plug and the kubelet gRPC servers together, in the right order.
+
+Start order: checkpoint → discovery → recovery of half-prepared claims and orphan CDI specs
+→ ResourceSlices → DRA server → registration server (so the kubelet never sees a plugin that
+cannot answer) → hot-plug monitor, health refresh, orphan sweep. ``stop`` reverses it and
+removes this instance's sockets; ResourceSlices stay (the kubelet cleans them up).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from cdi.store import SpecStore
+from discovery.hotplug import HotplugMonitor
+from discovery.loader import load_plugins
+from discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from plugin.checkpoint import Checkpoint, CheckpointError
+from plugin.config import Settings
+from plugin.grpc.server import PluginServer
+from plugin.inventory import Inventory
+from plugin.metrics import Metrics
+from plugin.node import NodeLogic
+from plugin.orphans import OrphanSweeper
+from plugin.resourceapi import ResourceAPI
+from plugin.slices.publisher import SlicePublisher
+from plugin.status import StatusWriter
+
+log = logging.getLogger(__name__)
+
+
+def kube_api_client(kubeconfig: str | None) -> Any:
+    """A kubernetes ApiClient from ``kubeconfig``, or the in-cluster config when None."""
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+class ClaimReader:
+    """GET ResourceClaims through :class:`ResourceAPI` (None for 404)."""
+
+    def __init__(self, api: ResourceAPI) -> None:
+        self.api = api
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.api.get_claim(namespace, name)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return None
+            raise
+
+
+class App:
+    """One drakit node agent. ``plugins`` overrides loading by name (tests, vendors' own
+    entry points); ``api_client`` overrides the kubeconfig."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        api_client: Any = None,
+        plugins: list[DiscoveryPlugin] | None = None,
+    ) -> None:
+        self.settings = settings
+        s = settings
+        self.metrics = Metrics(s.driver_name)
+        self.api_client = api_client if api_client is not None else kube_api_client(s.kubeconfig)
+        self.resource_api = ResourceAPI(self.api_client)
+        if plugins is None:
+            plugins = load_plugins(s.discovery, lambda name: DiscoveryContext(
+                driver_name=s.driver_name, node_name=s.node_name, sysfs_root=s.sysfs_root,
+                options=dict(s.plugin_options.get(name, {}))))
+        self.inventory = Inventory(plugins)
+        s.data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.checkpoint = Checkpoint(s.data_dir / "checkpoint.json")
+        self.specs = SpecStore(s.cdi_root, s.driver_name, s.cdi_class,
+                               max_version=s.cdi_version_max)
+        self.status = StatusWriter(self.resource_api, s.driver_name,
+                                   on_invalid=lambda _r: self.metrics.status_invalid.inc(),
+                                   on_error=lambda _r: self.metrics.status_errors.inc())
+        self.node = NodeLogic(s.driver_name, self.inventory, ClaimReader(self.resource_api),
+                              self.specs, self.checkpoint, self.status, self.metrics)
+        self.publisher = SlicePublisher(
+            self.resource_api, s.driver_name, s.node_name, strict=s.strict,
+            resync_period=s.resync_seconds,
+            on_validation_issue=lambda _i: self.metrics.validation_drop(),
+            on_write=lambda verb, _pool: self.metrics.slice_write(verb),
+            on_error=lambda _e: self.metrics.publish_errors.inc(),
+        )
+        self.server = PluginServer(
+            s.driver_name, self.node, self.inventory, s.registrar_dir, s.plugins_dir,
+            s.pod_uid, health_enabled=s.health, health_resend_interval=s.health_resend_seconds,
+            on_reregister=self._on_reregister,
+        )
+        subsystems = sorted({sub for p in plugins for sub in p.subsystems})
+        self.hotplug = HotplugMonitor(
+            subsystems, self._on_hotplug, rescan_interval=s.rescan_seconds,
+            use_udev=str(s.sysfs_root) == "/sys",
+        ) if subsystems else None
+        self.orphans = OrphanSweeper(self.node, self.checkpoint, ClaimReader(self.resource_api),
+                                     grace=s.orphan_grace_seconds)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.http: Any = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        s = self.settings
+        try:
+            self.checkpoint.load()
+        except CheckpointError as e:
+            log.error("%s; prepare/unprepare will fail until it is fixed", e)
+            self.metrics.checkpoint_errors.inc()
+        self.inventory.refresh()
+        self.metrics.devices.set(self.inventory.device_count())
+        for pool in self.inventory.pools():
+            log.info("pool %s: %d device(s), %d counter set(s)", pool.name, len(pool.devices),
+                     len(pool.counter_sets), extra={"pool": pool.name})
+        if self.checkpoint.error is None:
+            try:
+                self.node.recover(self.specs.list_specs())
+            except Exception:
+                log.exception("start-up recovery failed")
+        self.publisher.publish(self.inventory.pools(), wait=False)
+        self.publisher.start()
+        self.server.start()
+        log.info("serving DRA on %s, registration on %s", self.server.paths.dra_socket,
+                 self.server.paths.registration_socket)
+        if self.hotplug is not None:
+            self.hotplug.start()
+        self._spawn("health-refresh", self._health_loop)
+        self._spawn("orphan-sweep", self._orphan_loop)
+        if s.http_endpoint:
+            from plugin.http import HTTPEndpoint
+
+            self.http = HTTPEndpoint(s.http_endpoint, self)
+            self.http.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.hotplug is not None:
+            self.hotplug.stop()
+        self.server.stop()
+        self.publisher.stop()
+        self.status.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+        if self.http is not None:
+            self.http.stop()
+
+    def _spawn(self, name: str, target: Any) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    # -- readiness -----------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """(ready, reasons not ready): registered with the kubelet, slices published,
+        checkpoint readable."""
+        reasons = []
+        reg = self.server.registration_state
+        if not reg.ready:
+            reasons.append(f"not registered with the kubelet{': ' + reg.error if reg.error else ''}")
+        if not self.publisher.stats.published_once:
+            reasons.append("ResourceSlices not published yet")
+        if self.checkpoint.error:
+            reasons.append(self.checkpoint.error)
+        return not reasons, reasons
+
+    # -- events --------------------------------------------------------------------------
+
+    def _on_hotplug(self, subsystems: set[str]) -> None:
+        started = time.monotonic()
+        if self.inventory.refresh(subsystems):
+            self.metrics.devices.set(self.inventory.device_count())
+            self.publisher.publish(self.inventory.pools(), wait=False)
+            log.info("hot-plug in %s: inventory changed (%.0f ms)", ",".join(sorted(subsystems)),
+                     (time.monotonic() - started) * 1000)
+
+    def _on_reregister(self) -> None:
+        log.info("registration socket re-created; republishing ResourceSlices")
+        self.publisher.trigger()
+
+    def _health_loop(self) -> None:
+        while not self._stop.wait(max(1.0, self.settings.health_resend_seconds / 2)):
+            self.inventory.refresh_health()
+
+    def _orphan_loop(self) -> None:
+        while not self._stop.wait(self.settings.orphan_check_seconds):
+            try:
+                self.orphans.sweep()
+            except Exception:
+                log.exception("orphan sweep failed")

@@ -1,0 +1,32 @@
+"""The kubelet-facing gRPC layer: registration, DRA node service, dra-health, sockets.
+
+Public entry point: :class:`PluginServer`. Everything here speaks protobuf on one side and
+the version-neutral :mod:`plugin.types` on the other.
+"""
+
+from plugin.grpc.dra import DraNodeServicer
+from plugin.grpc.health import HealthStreamServicer, truncate_message
+from plugin.grpc.registration import RegistrationServicer, RegistrationState, RegistrationStatus
+from plugin.grpc.server import PluginServer
+from plugin.grpc.sockets import (
+    SocketInUseError,
+    SocketPathError,
+    SocketPaths,
+    dra_socket_path,
+    registration_socket_path,
+)
+
+__all__ = [
+    "DraNodeServicer",
+    "HealthStreamServicer",
+    "PluginServer",
+    "RegistrationServicer",
+    "RegistrationState",
+    "RegistrationStatus",
+    "SocketInUseError",
+    "SocketPathError",
+    "SocketPaths",
+    "dra_socket_path",
+    "registration_socket_path",
+    "truncate_message",
+]

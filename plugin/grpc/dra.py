@@ -1,0 +1,159 @@
+"""The DRA node service (NodePrepareResources / NodeUnprepareResources), v1 and v1beta1.
+
+Each servicer converts the request's claims to :class:`discovery.plugin.ClaimRef`, calls the
+:class:`plugin.types.NodeService`, and converts the answer back. Rules from the kubelet
+(fact sheet §2.3): the response map is keyed by claim UID and must hold exactly one entry per
+requested claim and no other key; a gRPC error fails every claim of the pod, so nothing here
+turns into one: an exception in the node service or a malformed result becomes per-claim
+``error`` strings. Duplicate UIDs in a request are answered once (the map has one key).
+``Device.share_id`` exists only in v1 and is dropped for v1beta1.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
+
+import grpc
+from discovery.plugin import ClaimRef
+from plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from plugin.types import NodeService, PrepareResult
+
+log = logging.getLogger(__name__)
+
+
+def claims_from_request(request_claims: Iterable[Any]) -> tuple[list[ClaimRef], dict[str, str]]:
+    """Split a request's ``claims`` into valid, de-duplicated ClaimRefs and per-UID errors.
+
+    The first occurrence of a UID wins. A claim missing namespace, name or uid gets an error
+    under its (possibly empty) UID and is not passed on.
+    """
+    claims: list[ClaimRef] = []
+    errors: dict[str, str] = {}
+    seen: set[str] = set()
+    for c in request_claims:
+        if c.uid in seen:
+            log.warning("claim %s/%s (uid %s) listed twice in one request", c.namespace,
+                        c.name, c.uid)
+            continue
+        seen.add(c.uid)
+        missing = [f for f in ("namespace", "name", "uid") if not getattr(c, f)]
+        if missing:
+            errors[c.uid] = (
+                f"claim {c.namespace}/{c.name} (uid {c.uid!r}): required field(s)"
+                f" {', '.join(missing)} empty in the request"
+            )
+            continue
+        claims.append(ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid))
+    return claims, errors
+
+
+def _internal_error(action: str, exc: BaseException) -> str:
+    return f"internal error during {action}: {type(exc).__name__}: {exc}"
+
+
+class DraNodeServicer:
+    """Serves ``DRAPlugin`` of one version (``"v1.DRAPlugin"`` or ``"v1beta1.DRAPlugin"``).
+
+    Thread-safe as long as the node service is: the kubelet calls concurrently for different
+    pods (fact sheet §4.2), and gRPC runs each call on its own worker thread.
+    """
+
+    def __init__(self, node_service: NodeService, version: str = DRA_V1) -> None:
+        if version not in DRA_MODULES:
+            raise ValueError(f"unknown DRA service version {version!r}")
+        self.version = version
+        self._node = node_service
+        self._pb2: ModuleType = DRA_MODULES[version][0]
+        self._with_share_id = version == DRA_V1
+
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Register this servicer on ``server`` (before it starts)."""
+        DRA_MODULES[self.version][1].add_DRAPluginServicer_to_server(self, server)
+
+    # --- NodePrepareResources -------------------------------------------------------------
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        started = time.monotonic()
+        claims, errors = claims_from_request(request.claims)
+        results: dict[str, PrepareResult] = {}
+        if claims:
+            try:
+                results = dict(self._node.prepare_claims(claims))
+            except Exception as exc:  # one failure must not fail the RPC
+                log.exception("%s NodePrepareResources: node service raised", self.version)
+                results = {c.uid: PrepareResult(error=_internal_error("prepare", exc))
+                           for c in claims}
+        response = self._pb2.NodePrepareResourcesResponse()
+        for uid, message in errors.items():
+            response.claims[uid].error = message
+        wanted = {c.uid for c in claims}
+        for uid in set(results) - wanted:
+            log.warning("%s NodePrepareResources: node service answered for unrequested claim"
+                        " uid %s; dropped", self.version, uid)
+        for claim in claims:
+            entry = response.claims[claim.uid]
+            result = results.get(claim.uid)
+            try:
+                self._fill_prepare_entry(entry, result)
+            except Exception as exc:
+                log.exception("%s NodePrepareResources: bad result for claim %s/%s",
+                              self.version, claim.namespace, claim.name)
+                entry.Clear()
+                entry.error = _internal_error("prepare (converting the result)", exc)
+            if entry.error:
+                log.warning("NodePrepareResources: claim %s/%s (uid %s) failed: %s",
+                            claim.namespace, claim.name, claim.uid, entry.error)
+        log.info("%s NodePrepareResources: %d claim(s) in %.3fs", self.version,
+                 len(response.claims), time.monotonic() - started)
+        return response
+
+    def _fill_prepare_entry(self, entry: Any, result: PrepareResult | None) -> None:
+        if result is None:
+            entry.error = "internal error: the node service returned no result for this claim"
+            return
+        if not isinstance(result, PrepareResult):
+            raise TypeError(f"expected PrepareResult, got {type(result).__name__}")
+        if result.error:
+            entry.error = str(result.error)
+            return
+        for dev in result.devices:
+            out = entry.devices.add(
+                request_names=list(dev.request_names),
+                pool_name=dev.pool_name,
+                device_name=dev.device_name,
+                cdi_device_ids=list(dev.cdi_device_ids),
+            )
+            if self._with_share_id and dev.share_id is not None:
+                out.share_id = dev.share_id
+
+    # --- NodeUnprepareResources -----------------------------------------------------------
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        started = time.monotonic()
+        claims, errors = claims_from_request(request.claims)
+        results: dict[str, str] = {}
+        if claims:
+            try:
+                results = dict(self._node.unprepare_claims(claims))
+            except Exception as exc:
+                log.exception("%s NodeUnprepareResources: node service raised", self.version)
+                results = {c.uid: _internal_error("unprepare", exc) for c in claims}
+        response = self._pb2.NodeUnprepareResourcesResponse()
+        for uid, message in errors.items():
+            response.claims[uid].error = message
+        for claim in claims:
+            entry = response.claims[claim.uid]  # an empty entry means success
+            if claim.uid not in results:
+                entry.error = "internal error: the node service returned no result for this claim"
+            elif results[claim.uid]:
+                entry.error = str(results[claim.uid])
+            if entry.error:
+                log.warning("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
+                            claim.namespace, claim.name, claim.uid, entry.error)
+        log.info("%s NodeUnprepareResources: %d claim(s) in %.3fs", self.version,
+                 len(response.claims), time.monotonic() - started)
+        return response

@@ -1,0 +1,61 @@
+"""The operator's HTTP endpoint: ``/metrics`` (Prometheus), ``/healthz`` (the process serves)
+and ``/readyz`` (registered with the kubelet, slices published, checkpoint readable)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+
+class _Readiness(Protocol):
+    metrics: Any
+
+    def readiness(self) -> tuple[bool, list[str]]: ...
+
+
+class HTTPEndpoint:
+    """Serves on ``host:port`` (``:8080`` means all addresses); ``port`` 0 picks one."""
+
+    def __init__(self, endpoint: str, app: _Readiness) -> None:
+        host, _, port = endpoint.rpartition(":")
+        self.app = app
+        handler = self._handler()
+        self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        app = self.app
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_GET(self) -> None:  # noqa: N802
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body, code, ctype = app.metrics.render(), 200, "text/plain; version=0.0.4"
+                elif path == "/healthz":
+                    body, code, ctype = b"ok\n", 200, "text/plain"
+                elif path == "/readyz":
+                    ok, reasons = app.readiness()
+                    body = ("ok\n" if ok else "\n".join(reasons) + "\n").encode()
+                    code, ctype = (200 if ok else 503), "text/plain"
+                else:
+                    body, code, ctype = b"not found\n", 404, "text/plain"
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

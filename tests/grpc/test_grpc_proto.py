@@ -1,0 +1,113 @@
+"""The proto sources match the kubelet's wire contract, and the committed stubs are fresh."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from plugin._proto.dra.v1 import api_pb2 as dra_v1
+from plugin._proto.dra.v1beta1 import api_pb2 as dra_v1beta1
+from plugin._proto.dra_health.v1 import api_pb2 as health_v1
+from plugin._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from plugin._proto.pluginregistration.v1 import api_pb2 as reg_v1
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_gen_proto() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("drakit_gen_proto", REPO / "scripts/gen_proto.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_stubs_are_not_stale() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts/gen_proto.py"), "--check"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_stale_check_detects_a_changed_proto(tmp_path: Path) -> None:
+    gen = _load_gen_proto()
+    src = tmp_path / "proto"
+    shutil.copytree(REPO / "proto", src)
+    path = src / "dra/v1/api.proto"
+    path.write_text(path.read_text().replace("string pool_name = 2;", "string pool = 2;"))
+    fresh = gen.generate(tmp_path / "out", src)
+    problems = gen.diff_trees(fresh, REPO / "plugin/_proto")
+    assert any("dra/v1/api_pb2.py" in p for p in problems), problems
+
+
+def _fields(module: ModuleType, message: str) -> dict[str, tuple[int, int]]:
+    desc = module.DESCRIPTOR.message_types_by_name[message]
+    return {f.name: (f.number, f.type) for f in desc.fields}
+
+
+def test_registration_service_identity() -> None:
+    service = reg_v1.DESCRIPTOR.services_by_name["Registration"]
+    assert service.full_name == "pluginregistration.Registration"
+    assert {m.name for m in service.methods} == {"GetInfo", "NotifyRegistrationStatus"}
+    fields = _fields(reg_v1, "PluginInfo")
+    assert {k: v[0] for k, v in fields.items()} == {
+        "type": 1, "name": 2, "endpoint": 3, "supported_versions": 4,
+    }
+    assert {k: v[0] for k, v in _fields(reg_v1, "RegistrationStatus").items()} == {
+        "plugin_registered": 1, "error": 2,
+    }
+
+
+@pytest.mark.parametrize(("module", "package"), [
+    (dra_v1, "k8s.io.kubelet.pkg.apis.dra.v1"),
+    (dra_v1beta1, "k8s.io.kubelet.pkg.apis.dra.v1beta1"),
+])
+def test_dra_service_identity(module: ModuleType, package: str) -> None:
+    assert module.DESCRIPTOR.package == package
+    service = module.DESCRIPTOR.services_by_name["DRAPlugin"]
+    assert service.full_name == f"{package}.DRAPlugin"
+    assert {m.name for m in service.methods} == {"NodePrepareResources", "NodeUnprepareResources"}
+    claim = {k: v[0] for k, v in _fields(module, "Claim").items()}
+    assert claim == {"namespace": 1, "uid": 2, "name": 3}
+    assert {k: v[0] for k, v in _fields(module, "NodePrepareResourceResponse").items()} == {
+        "devices": 1, "error": 2,
+    }
+    assert {k: v[0] for k, v in _fields(module, "NodeUnprepareResourceResponse").items()} == {
+        "error": 1,
+    }
+
+
+def test_share_id_only_in_v1_with_presence() -> None:
+    v1 = dra_v1.DESCRIPTOR.message_types_by_name["Device"]
+    assert {f.name: f.number for f in v1.fields} == {
+        "request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4, "share_id": 5,
+    }
+    assert v1.fields_by_name["share_id"].has_presence
+    beta = dra_v1beta1.DESCRIPTOR.message_types_by_name["Device"]
+    assert "share_id" not in beta.fields_by_name
+    assert 5 not in beta.fields_by_number
+
+
+@pytest.mark.parametrize(("module", "package"), [(health_v1, "v1"), (health_v1alpha1, "v1alpha1")])
+def test_health_service_identity(module: ModuleType, package: str) -> None:
+    assert module.DESCRIPTOR.package == package
+    service = module.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+    assert service.full_name == f"{package}.DRAResourceHealth"
+    method = service.methods_by_name["NodeWatchResources"]
+    assert method.server_streaming and not method.client_streaming
+    assert {k: v[0] for k, v in _fields(module, "DeviceHealth").items()} == {
+        "device": 1, "health": 2, "last_updated_time": 3,
+        "health_check_timeout_seconds": 4, "message": 5,
+    }
+    assert {k: v[0] for k, v in _fields(module, "DeviceIdentifier").items()} == {
+        "pool_name": 1, "device_name": 2,
+    }
+    enum = module.DESCRIPTOR.enum_types_by_name["HealthStatus"]
+    assert {v.name: v.number for v in enum.values} == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
