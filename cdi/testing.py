@@ -31,9 +31,10 @@ import signal
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,3 +249,29 @@ def podman_cdi() -> Iterator[PodmanCDI]:
     runner = PodmanCDI()
     runner.ensure_image()  # podman present but unable to import an image: a real failure
     yield runner
+
+
+def schema_validator(schema_dir: Path) -> Callable[[Any], list[str]]:
+    """A checker against the official CDI JSON schema in ``schema_dir`` (schema.json +
+    defs.json): decoded spec → list of violations (``path: message``; empty when valid).
+    Needs the ``jsonschema`` package (a dev dependency)."""
+    import json
+
+    from jsonschema import Draft7Validator
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT7
+
+    schema = json.loads((schema_dir / "schema.json").read_text())
+    defs = json.loads((schema_dir / "defs.json").read_text())
+    registry: Registry[Any] = Registry().with_resource(
+        "defs.json", Resource.from_contents(defs, default_specification=DRAFT7)
+    )
+    validator = Draft7Validator(schema, registry=registry)
+
+    def check(instance: Any) -> list[str]:
+        return [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(instance)
+        ]
+
+    return check

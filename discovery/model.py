@@ -148,8 +148,10 @@ class CounterSet(_APIModel):
     @classmethod
     def _wrap(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: (c if isinstance(c, Counter | dict) else Counter(value=str(c)))
-                    for k, c in v.items()}
+            return {
+                k: (c if isinstance(c, Counter | dict) else Counter(value=str(c)))
+                for k, c in v.items()
+            }
         return v
 
 

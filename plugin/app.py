@@ -73,38 +73,71 @@ class App:
         self.api_client = api_client if api_client is not None else kube_api_client(s.kubeconfig)
         self.resource_api = ResourceAPI(self.api_client)
         if plugins is None:
-            plugins = load_plugins(s.discovery, lambda name: DiscoveryContext(
-                driver_name=s.driver_name, node_name=s.node_name, sysfs_root=s.sysfs_root,
-                options=dict(s.plugin_options.get(name, {}))))
+            plugins = load_plugins(
+                s.discovery,
+                lambda name: DiscoveryContext(
+                    driver_name=s.driver_name,
+                    node_name=s.node_name,
+                    sysfs_root=s.sysfs_root,
+                    options=dict(s.plugin_options.get(name, {})),
+                ),
+            )
         self.inventory = Inventory(plugins)
         s.data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
         self.checkpoint = Checkpoint(s.data_dir / "checkpoint.json")
-        self.specs = SpecStore(s.cdi_root, s.driver_name, s.cdi_class,
-                               max_version=s.cdi_version_max)
-        self.status = StatusWriter(self.resource_api, s.driver_name,
-                                   on_invalid=lambda _r: self.metrics.status_invalid.inc(),
-                                   on_error=lambda _r: self.metrics.status_errors.inc())
-        self.node = NodeLogic(s.driver_name, self.inventory, ClaimReader(self.resource_api),
-                              self.specs, self.checkpoint, self.status, self.metrics)
+        self.specs = SpecStore(
+            s.cdi_root, s.driver_name, s.cdi_class, max_version=s.cdi_version_max
+        )
+        self.status = StatusWriter(
+            self.resource_api,
+            s.driver_name,
+            on_invalid=lambda _r: self.metrics.status_invalid.inc(),
+            on_error=lambda _r: self.metrics.status_errors.inc(),
+        )
+        self.node = NodeLogic(
+            s.driver_name,
+            self.inventory,
+            ClaimReader(self.resource_api),
+            self.specs,
+            self.checkpoint,
+            self.status,
+            self.metrics,
+        )
         self.publisher = SlicePublisher(
-            self.resource_api, s.driver_name, s.node_name, strict=s.strict,
+            self.resource_api,
+            s.driver_name,
+            s.node_name,
+            strict=s.strict,
             resync_period=s.resync_seconds,
             on_validation_issue=lambda _i: self.metrics.validation_drop(),
             on_write=lambda verb, _pool: self.metrics.slice_write(verb),
             on_error=lambda _e: self.metrics.publish_errors.inc(),
         )
         self.server = PluginServer(
-            s.driver_name, self.node, self.inventory, s.registrar_dir, s.plugins_dir,
-            s.pod_uid, health_enabled=s.health, health_resend_interval=s.health_resend_seconds,
+            s.driver_name,
+            self.node,
+            self.inventory,
+            s.registrar_dir,
+            s.plugins_dir,
+            s.pod_uid,
+            health_enabled=s.health,
+            health_resend_interval=s.health_resend_seconds,
             on_reregister=self._on_reregister,
         )
         subsystems = sorted({sub for p in plugins for sub in p.subsystems})
-        self.hotplug = HotplugMonitor(
-            subsystems, self._on_hotplug, rescan_interval=s.rescan_seconds,
-            use_udev=str(s.sysfs_root) == "/sys",
-        ) if subsystems else None
-        self.orphans = OrphanSweeper(self.node, self.checkpoint, ClaimReader(self.resource_api),
-                                     grace=s.orphan_grace_seconds)
+        self.hotplug = (
+            HotplugMonitor(
+                subsystems,
+                self._on_hotplug,
+                rescan_interval=s.rescan_seconds,
+                use_udev=str(s.sysfs_root) == "/sys",
+            )
+            if subsystems
+            else None
+        )
+        self.orphans = OrphanSweeper(
+            self.node, self.checkpoint, ClaimReader(self.resource_api), grace=s.orphan_grace_seconds
+        )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.http: Any = None
@@ -121,8 +154,13 @@ class App:
         self.inventory.refresh()
         self.metrics.devices.set(self.inventory.device_count())
         for pool in self.inventory.pools():
-            log.info("pool %s: %d device(s), %d counter set(s)", pool.name, len(pool.devices),
-                     len(pool.counter_sets), extra={"pool": pool.name})
+            log.info(
+                "pool %s: %d device(s), %d counter set(s)",
+                pool.name,
+                len(pool.devices),
+                len(pool.counter_sets),
+                extra={"pool": pool.name},
+            )
         if self.checkpoint.error is None:
             try:
                 self.node.recover(self.specs.list_specs())
@@ -131,8 +169,11 @@ class App:
         self.publisher.publish(self.inventory.pools(), wait=False)
         self.publisher.start()
         self.server.start()
-        log.info("serving DRA on %s, registration on %s", self.server.paths.dra_socket,
-                 self.server.paths.registration_socket)
+        log.info(
+            "serving DRA on %s, registration on %s",
+            self.server.paths.dra_socket,
+            self.server.paths.registration_socket,
+        )
         if self.hotplug is not None:
             self.hotplug.start()
         self._spawn("health-refresh", self._health_loop)
@@ -168,7 +209,9 @@ class App:
         reasons = []
         reg = self.server.registration_state
         if not reg.ready:
-            reasons.append(f"not registered with the kubelet{': ' + reg.error if reg.error else ''}")
+            reasons.append(
+                f"not registered with the kubelet{': ' + reg.error if reg.error else ''}"
+            )
         if not self.publisher.stats.published_once:
             reasons.append("ResourceSlices not published yet")
         if self.checkpoint.error:
@@ -182,8 +225,11 @@ class App:
         if self.inventory.refresh(subsystems):
             self.metrics.devices.set(self.inventory.device_count())
             self.publisher.publish(self.inventory.pools(), wait=False)
-            log.info("hot-plug in %s: inventory changed (%.0f ms)", ",".join(sorted(subsystems)),
-                     (time.monotonic() - started) * 1000)
+            log.info(
+                "hot-plug in %s: inventory changed (%.0f ms)",
+                ",".join(sorted(subsystems)),
+                (time.monotonic() - started) * 1000,
+            )
 
     def _on_reregister(self) -> None:
         log.info("registration socket re-created; republishing ResourceSlices")

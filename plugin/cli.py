@@ -63,13 +63,16 @@ def _cleanup(argv: Sequence[str]) -> int:
     from plugin.resourceapi import ResourceAPI
     from plugin.slices.publisher import cleanup_slices
 
-    parser = argparse.ArgumentParser(prog="drakit cleanup",
-                                     description="Delete a driver's ResourceSlices of one node.")
+    parser = argparse.ArgumentParser(
+        prog="drakit cleanup", description="Delete a driver's ResourceSlices of one node."
+    )
     parser.add_argument("--driver-name", required=True)
     parser.add_argument("--node-name", required=True)
     parser.add_argument("--kubeconfig", default=None)
     ns = parser.parse_args(argv)
-    deleted = cleanup_slices(ResourceAPI(kube_api_client(ns.kubeconfig)), ns.driver_name, ns.node_name)
+    deleted = cleanup_slices(
+        ResourceAPI(kube_api_client(ns.kubeconfig)), ns.driver_name, ns.node_name
+    )
     print(f"deleted {deleted} ResourceSlice(s) of driver {ns.driver_name} on node {ns.node_name}")
     return 0
 

@@ -69,40 +69,92 @@ def _bool(v: str | bool | None) -> bool:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``drakit run`` (each defaults to its environment variable)."""
-    p.add_argument("--driver-name", default=_env("DRIVER_NAME"), help="DRA driver name [DRIVER_NAME]")
+    p.add_argument(
+        "--driver-name", default=_env("DRIVER_NAME"), help="DRA driver name [DRIVER_NAME]"
+    )
     p.add_argument("--node-name", default=_env("NODE_NAME"), help="this node's name [NODE_NAME]")
-    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
-                   help="kubeconfig file; in-cluster config when unset [KUBECONFIG]")
-    p.add_argument("--kubelet-registrar-directory-path",
-                   default=_env("KUBELET_REGISTRAR_DIRECTORY_PATH", "/var/lib/kubelet/plugins_registry"),
-                   help="kubelet plugin registration dir [KUBELET_REGISTRAR_DIRECTORY_PATH]")
-    p.add_argument("--kubelet-plugins-directory-path",
-                   default=_env("KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins"),
-                   help="kubelet plugins dir; the data dir is <this>/<driver> [KUBELET_PLUGINS_DIRECTORY_PATH]")
-    p.add_argument("--cdi-root", default=_env("CDI_ROOT", "/var/run/cdi"), help="CDI spec dir [CDI_ROOT]")
-    p.add_argument("--cdi-class", default=_env("CDI_CLASS", "device"),
-                   help="class part of the CDI kind <driver>/<class> [CDI_CLASS]")
-    p.add_argument("--cdi-version-max", default=_env("CDI_VERSION_MAX"),
-                   help="highest cdiVersion to write, e.g. 0.5.0 for podman 4.3 [CDI_VERSION_MAX]")
-    p.add_argument("--discovery", default=_env("DISCOVERY", "net"),
-                   help="comma-separated discovery plugins: entry point names or module:Class [DISCOVERY]")
-    p.add_argument("--config", default=_env("DRAKIT_CONFIG"),
-                   help="YAML file; its 'discovery' map holds per-plugin options [DRAKIT_CONFIG]")
-    p.add_argument("--sysfs-root", default=_env("SYSFS_ROOT", "/sys"), help="sysfs root [SYSFS_ROOT]")
-    p.add_argument("--pod-uid", default=_env("POD_UID"),
-                   help="pod UID: per-pod socket names for rolling updates [POD_UID]")
-    p.add_argument("--no-health", action="store_true", default=_bool(_env("DISABLE_HEALTH", "false")),
-                   help="do not serve or advertise the dra-health stream [DISABLE_HEALTH]")
-    p.add_argument("--http-endpoint", default=_env("HTTP_ENDPOINT"),
-                   help="host:port for /metrics, /healthz, /readyz [HTTP_ENDPOINT]")
-    p.add_argument("--strict", action="store_true", default=_bool(_env("STRICT", "false")),
-                   help="refuse to publish when any device breaks an API rule [STRICT]")
-    p.add_argument("--log-format", choices=["text", "json"], default=_env("LOG_FORMAT", "text"),
-                   help="log format [LOG_FORMAT]")
-    p.add_argument("-v", "--verbosity", type=int, default=int(_env("VERBOSITY", "0")),
-                   help="0 = info, 1+ = debug [VERBOSITY]")
-    p.add_argument("--resync-seconds", type=float, default=float(_env("RESYNC_SECONDS", "30")),
-                   help="ResourceSlice resync period [RESYNC_SECONDS]")
+    p.add_argument(
+        "--kubeconfig",
+        default=_env("KUBECONFIG"),
+        help="kubeconfig file; in-cluster config when unset [KUBECONFIG]",
+    )
+    p.add_argument(
+        "--kubelet-registrar-directory-path",
+        default=_env("KUBELET_REGISTRAR_DIRECTORY_PATH", "/var/lib/kubelet/plugins_registry"),
+        help="kubelet plugin registration dir [KUBELET_REGISTRAR_DIRECTORY_PATH]",
+    )
+    p.add_argument(
+        "--kubelet-plugins-directory-path",
+        default=_env("KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins"),
+        help="kubelet plugins dir; data dir is <this>/<driver> [KUBELET_PLUGINS_DIRECTORY_PATH]",
+    )
+    p.add_argument(
+        "--cdi-root", default=_env("CDI_ROOT", "/var/run/cdi"), help="CDI spec dir [CDI_ROOT]"
+    )
+    p.add_argument(
+        "--cdi-class",
+        default=_env("CDI_CLASS", "device"),
+        help="class part of the CDI kind <driver>/<class> [CDI_CLASS]",
+    )
+    p.add_argument(
+        "--cdi-version-max",
+        default=_env("CDI_VERSION_MAX"),
+        help="highest cdiVersion to write, e.g. 0.5.0 for podman 4.3 [CDI_VERSION_MAX]",
+    )
+    p.add_argument(
+        "--discovery",
+        default=_env("DISCOVERY", "net"),
+        help="comma-separated discovery plugins: entry point names or module:Class [DISCOVERY]",
+    )
+    p.add_argument(
+        "--config",
+        default=_env("DRAKIT_CONFIG"),
+        help="YAML file; its 'discovery' map holds per-plugin options [DRAKIT_CONFIG]",
+    )
+    p.add_argument(
+        "--sysfs-root", default=_env("SYSFS_ROOT", "/sys"), help="sysfs root [SYSFS_ROOT]"
+    )
+    p.add_argument(
+        "--pod-uid",
+        default=_env("POD_UID"),
+        help="pod UID: per-pod socket names for rolling updates [POD_UID]",
+    )
+    p.add_argument(
+        "--no-health",
+        action="store_true",
+        default=_bool(_env("DISABLE_HEALTH", "false")),
+        help="do not serve or advertise the dra-health stream [DISABLE_HEALTH]",
+    )
+    p.add_argument(
+        "--http-endpoint",
+        default=_env("HTTP_ENDPOINT"),
+        help="host:port for /metrics, /healthz, /readyz [HTTP_ENDPOINT]",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        default=_bool(_env("STRICT", "false")),
+        help="refuse to publish when any device breaks an API rule [STRICT]",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=_env("LOG_FORMAT", "text"),
+        help="log format [LOG_FORMAT]",
+    )
+    p.add_argument(
+        "-v",
+        "--verbosity",
+        type=int,
+        default=int(_env("VERBOSITY", "0")),
+        help="0 = info, 1+ = debug [VERBOSITY]",
+    )
+    p.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=float(_env("RESYNC_SECONDS", "30")),
+        help="ResourceSlice resync period [RESYNC_SECONDS]",
+    )
 
 
 def settings_from_args(ns: argparse.Namespace) -> Settings:
@@ -119,7 +171,9 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
             raise ValueError(f"--config {ns.config}: {e}") from None
         disc = doc.get("discovery", {}) if isinstance(doc, dict) else None
         if not isinstance(disc, dict):
-            raise ValueError(f"--config {ns.config}: 'discovery' must be a map of plugin name to options")
+            raise ValueError(
+                f"--config {ns.config}: 'discovery' must be a map of plugin name to options"
+            )
         options = {str(k): dict(v or {}) for k, v in disc.items()}
     return Settings(
         driver_name=ns.driver_name,

@@ -30,10 +30,10 @@ class HTTPEndpoint:
         app = self.app
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     body, code, ctype = app.metrics.render(), 200, "text/plain; version=0.0.4"

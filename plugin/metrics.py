@@ -16,24 +16,72 @@ class Metrics:
     def __init__(self, driver: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r, lbl = self.registry, ["driver"]
-        self._prepare = Counter("drakit_prepare_claims", "Claims answered by NodePrepareResources, by result",
-                                lbl + ["result"], registry=r)
-        self._unprepare = Counter("drakit_unprepare_claims", "Claims answered by NodeUnprepareResources, by result",
-                                  lbl + ["result"], registry=r)
-        self._prepare_latency = Histogram("drakit_prepare_seconds", "NodePrepareResources latency per claim",
-                                          lbl + ["result"], buckets=_BUCKETS, registry=r)
-        self._unprepare_latency = Histogram("drakit_unprepare_seconds", "NodeUnprepareResources latency per claim",
-                                            lbl + ["result"], buckets=_BUCKETS, registry=r)
-        self._claims_prepared = Gauge("drakit_claims_prepared", "Claims currently prepared (checkpoint)", lbl, registry=r)
+        self._prepare = Counter(
+            "drakit_prepare_claims",
+            "Claims answered by NodePrepareResources, by result",
+            [*lbl, "result"],
+            registry=r,
+        )
+        self._unprepare = Counter(
+            "drakit_unprepare_claims",
+            "Claims answered by NodeUnprepareResources, by result",
+            [*lbl, "result"],
+            registry=r,
+        )
+        self._prepare_latency = Histogram(
+            "drakit_prepare_seconds",
+            "NodePrepareResources latency per claim",
+            [*lbl, "result"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self._unprepare_latency = Histogram(
+            "drakit_unprepare_seconds",
+            "NodeUnprepareResources latency per claim",
+            [*lbl, "result"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self._claims_prepared = Gauge(
+            "drakit_claims_prepared", "Claims currently prepared (checkpoint)", lbl, registry=r
+        )
         self._devices = Gauge("drakit_devices", "Devices in the inventory", lbl, registry=r)
-        self._devices_published = Gauge("drakit_devices_published", "Devices in published ResourceSlices", lbl, registry=r)
-        self._slice_writes = Counter("drakit_resourceslice_writes", "ResourceSlice create/update/delete calls", lbl + ["verb"], registry=r)
-        self._publish_errors = Counter("drakit_publish_errors", "Failed ResourceSlice publish attempts", lbl, registry=r)
-        self._validation_drops = Counter("drakit_validation_drops", "Devices or attributes left out for breaking an API rule", lbl + ["what"], registry=r)
-        self._registered = Gauge("drakit_registered", "1 when the kubelet accepted the registration", lbl, registry=r)
-        self._checkpoint_errors = Counter("drakit_checkpoint_errors", "Checkpoint read/write failures", lbl, registry=r)
-        self._status_invalid = Counter("drakit_device_status_invalid", "AllocatedDeviceStatus entries left out as invalid", lbl, registry=r)
-        self._status_errors = Counter("drakit_device_status_errors", "AllocatedDeviceStatus writes that failed", lbl, registry=r)
+        self._devices_published = Gauge(
+            "drakit_devices_published", "Devices in published ResourceSlices", lbl, registry=r
+        )
+        self._slice_writes = Counter(
+            "drakit_resourceslice_writes",
+            "ResourceSlice create/update/delete calls",
+            [*lbl, "verb"],
+            registry=r,
+        )
+        self._publish_errors = Counter(
+            "drakit_publish_errors", "Failed ResourceSlice publish attempts", lbl, registry=r
+        )
+        self._validation_drops = Counter(
+            "drakit_validation_drops",
+            "Devices or attributes left out for breaking an API rule",
+            [*lbl, "what"],
+            registry=r,
+        )
+        self._registered = Gauge(
+            "drakit_registered", "1 when the kubelet accepted the registration", lbl, registry=r
+        )
+        self._checkpoint_errors = Counter(
+            "drakit_checkpoint_errors", "Checkpoint read/write failures", lbl, registry=r
+        )
+        self._status_invalid = Counter(
+            "drakit_device_status_invalid",
+            "AllocatedDeviceStatus entries left out as invalid",
+            lbl,
+            registry=r,
+        )
+        self._status_errors = Counter(
+            "drakit_device_status_errors",
+            "AllocatedDeviceStatus writes that failed",
+            lbl,
+            registry=r,
+        )
         self.driver = driver
         self.devices = self._devices.labels(driver)
         self.devices_published = self._devices_published.labels(driver)

@@ -40,7 +40,9 @@ MAX_HARDWARE_ADDRESS = 128
 MAX_IPS = 16
 _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", re.ASCII)
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+_SUBDOMAIN = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
+)
 
 
 class StatusAPI(Protocol):
@@ -90,13 +92,13 @@ def canonical_ip(value: Any, path: str) -> str:
         ip, plen = ip.ipv4_mapped, max(plen - 96, 0)
     canonical = f"{ip}/{plen}"
     if canonical != value:
-        raise StatusError(f"{path}: Invalid value: {value!r}: must be in canonical form ({canonical!r})")
+        raise StatusError(
+            f"{path}: Invalid value: {value!r}: must be in canonical form ({canonical!r})"
+        )
     return value
 
 
-def build_entry(
-    driver: str, d: PreparedDeviceRecord, path: str, now: str
-) -> dict[str, Any]:
+def build_entry(driver: str, d: PreparedDeviceRecord, path: str, now: str) -> dict[str, Any]:
     """The ``status.devices[]`` entry for one prepared device (raises StatusError)."""
     reported = d.status or {}
     entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "device": d.device}
@@ -104,10 +106,19 @@ def build_entry(
         entry["shareID"] = d.share_id
     conditions = reported.get("conditions")
     if conditions is None:
-        conditions = [{"type": "Ready", "status": "True", "reason": "Prepared",
-                       "message": "device prepared by drakit"}]
+        conditions = [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Prepared",
+                "message": "device prepared by drakit",
+            }
+        ]
     if len(conditions) > MAX_CONDITIONS:
-        raise StatusError(f"{path}.conditions: Too many: {len(conditions)}: must have at most {MAX_CONDITIONS} items")
+        raise StatusError(
+            f"{path}.conditions: Too many: {len(conditions)}: "
+            f"must have at most {MAX_CONDITIONS} items"
+        )
     seen: set[str] = set()
     out_conditions = []
     for k, c in enumerate(conditions):
@@ -117,20 +128,33 @@ def build_entry(
             raise StatusError(f"{cp}: Duplicate value: {c['type']!r}")
         seen.add(c["type"])
         if c.get("status") not in ("True", "False", "Unknown"):
-            raise StatusError(f'{cp}.status: Unsupported value: {c.get("status")!r}: supported values: "False", "True", "Unknown"')
+            raise StatusError(
+                f"{cp}.status: Unsupported value: {c.get('status')!r}: "
+                'supported values: "False", "True", "Unknown"'
+            )
         reason = c.get("reason")
         if not reason:
             raise StatusError(f"{cp}.reason: Required value")
         if len(reason.encode()) > 1024 or not _REASON.fullmatch(reason):
-            raise StatusError(f"{cp}.reason: Invalid value: {reason!r}: must match {_REASON.pattern} and be at most 1024 bytes")
+            raise StatusError(
+                f"{cp}.reason: Invalid value: {reason!r}: "
+                f"must match {_REASON.pattern} and be at most 1024 bytes"
+            )
         message = c.get("message") or ""
         if len(message.encode()) > 32768:
             raise StatusError(f"{cp}.message: Too long: may not be more than 32768 bytes")
         og = c.get("observed_generation", c.get("observedGeneration"))
         if og is not None and (not isinstance(og, int) or og < 0):
             raise StatusError(f"{cp}.observedGeneration: must be greater than or equal to zero")
-        cond = {"type": c["type"], "status": c["status"], "reason": reason, "message": message,
-                "lastTransitionTime": c.get("last_transition_time") or c.get("lastTransitionTime") or now}
+        cond = {
+            "type": c["type"],
+            "status": c["status"],
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": c.get("last_transition_time")
+            or c.get("lastTransitionTime")
+            or now,
+        }
         if og is not None:
             cond["observedGeneration"] = og
         out_conditions.append(cond)
@@ -138,7 +162,9 @@ def build_entry(
     data = reported.get("data")
     if data is not None:
         if not isinstance(data, dict):
-            raise StatusError(f"{path}.data: Invalid value: \"<value omitted>\": must be a valid JSON object")
+            raise StatusError(
+                f'{path}.data: Invalid value: "<value omitted>": must be a valid JSON object'
+            )
         size = len(json.dumps(data, separators=(",", ":")).encode())
         if size > MAX_DATA_BYTES:
             raise StatusError(f"{path}.data: Too long: may not be more than {MAX_DATA_BYTES} bytes")
@@ -149,16 +175,24 @@ def build_entry(
         name = net.get("interface_name")
         if name:
             if len(name.encode()) > MAX_INTERFACE_NAME:
-                raise StatusError(f"{path}.networkData.interfaceName: Too long: may not be more than {MAX_INTERFACE_NAME} bytes")
+                raise StatusError(
+                    f"{path}.networkData.interfaceName: Too long: "
+                    f"may not be more than {MAX_INTERFACE_NAME} bytes"
+                )
             nd["interfaceName"] = name
         hw = net.get("hardware_address")
         if hw:
             if len(hw.encode()) > MAX_HARDWARE_ADDRESS:
-                raise StatusError(f"{path}.networkData.hardwareAddress: Too long: may not be more than {MAX_HARDWARE_ADDRESS} bytes")
+                raise StatusError(
+                    f"{path}.networkData.hardwareAddress: Too long: "
+                    f"may not be more than {MAX_HARDWARE_ADDRESS} bytes"
+                )
             nd["hardwareAddress"] = hw
         ips = net.get("ips") or []
         if len(ips) > MAX_IPS:
-            raise StatusError(f"{path}.networkData.ips: Too many: {len(ips)}: must have at most {MAX_IPS} items")
+            raise StatusError(
+                f"{path}.networkData.ips: Too many: {len(ips)}: must have at most {MAX_IPS} items"
+            )
         seen_ips: set[str] = set()
         for k, ip in enumerate(ips):
             canonical_ip(ip, f"{path}.networkData.ips[{k}]")
@@ -317,7 +351,12 @@ class StatusWriter:
 
     def _failed(self, claim: ClaimRef, why: str) -> None:
         self.failures += 1
-        log.error("writing AllocatedDeviceStatus of ResourceClaim %s/%s failed: %s",
-                  claim.namespace, claim.name, why, extra={"claim_uid": claim.uid})
+        log.error(
+            "writing AllocatedDeviceStatus of ResourceClaim %s/%s failed: %s",
+            claim.namespace,
+            claim.name,
+            why,
+            extra={"claim_uid": claim.uid},
+        )
         if self.on_error:
             self.on_error(why)

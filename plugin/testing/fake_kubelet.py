@@ -566,7 +566,7 @@ class FakeKubelet:
                 except FileNotFoundError:
                     continue
                 if stat.S_ISSOCK(st.st_mode):
-                    found.append((path, (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)))
+                    found.append((path, (st.st_ino, st.st_mtime_ns, 0)))  # chmod changes ctime, not mtime
         return found
 
     def _watch(self) -> None:

@@ -132,15 +132,20 @@ class DriverHarness:
         from plugin.config import Settings
 
         fields: dict[str, Any] = dict(
-            driver_name=self.driver_name, node_name=self.node_name,
-            registrar_dir=self.registrar_dir, plugins_dir=self.plugins_dir,
-            cdi_root=self.cdi_dir, discovery=self.discovery,
-            plugin_options=self.plugin_options, resync_seconds=5.0,
+            driver_name=self.driver_name,
+            node_name=self.node_name,
+            registrar_dir=self.registrar_dir,
+            plugins_dir=self.plugins_dir,
+            cdi_root=self.cdi_dir,
+            discovery=self.discovery,
+            plugin_options=self.plugin_options,
+            resync_seconds=5.0,
             health_resend_seconds=2.0,
         )
         fields.update(self.settings_overrides)
-        self.app = App(Settings(**fields), api_client=self.apiserver.api_client(),
-                       plugins=self.plugins)
+        self.app = App(
+            Settings(**fields), api_client=self.apiserver.api_client(), plugins=self.plugins
+        )
         self.app.start()
 
     def _start_subprocess(self) -> None:
@@ -150,18 +155,35 @@ class DriverHarness:
             raise ValueError("subprocess mode loads plugins by name: use discovery=[...]")
         self.config_file.write_text(yaml.safe_dump({"discovery": self.plugin_options}))
         cmd = [
-            sys.executable, "-m", "plugin.cli", "run",
-            "--driver-name", self.driver_name, "--node-name", self.node_name,
-            "--kubeconfig", str(self.kubeconfig),
-            "--kubelet-registrar-directory-path", str(self.registrar_dir),
-            "--kubelet-plugins-directory-path", str(self.plugins_dir),
-            "--cdi-root", str(self.cdi_dir), "--discovery", ",".join(self.discovery),
-            "--config", str(self.config_file), "--resync-seconds", "5", *self.extra_args,
+            sys.executable,
+            "-m",
+            "plugin.cli",
+            "run",
+            "--driver-name",
+            self.driver_name,
+            "--node-name",
+            self.node_name,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--kubelet-registrar-directory-path",
+            str(self.registrar_dir),
+            "--kubelet-plugins-directory-path",
+            str(self.plugins_dir),
+            "--cdi-root",
+            str(self.cdi_dir),
+            "--discovery",
+            ",".join(self.discovery),
+            "--config",
+            str(self.config_file),
+            "--resync-seconds",
+            "5",
+            *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         finally:
             log.close()
 
@@ -192,8 +214,9 @@ class DriverHarness:
     def __enter__(self) -> DriverHarness:
         return self.start()
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- helpers -------------------------------------------------------------------------
@@ -211,35 +234,50 @@ class DriverHarness:
     def slices(self) -> list[dict[str, Any]]:
         """This driver's ResourceSlices of this node (v1 JSON)."""
         return [
-            s for s in self.apiserver.list_objects("resourceslices")
+            s
+            for s in self.apiserver.list_objects("resourceslices")
             if s["spec"].get("driver") == self.driver_name
             and s["spec"].get("nodeName") == self.node_name
         ]
 
     def devices(self) -> list[tuple[str, str]]:
         """(pool, device) of every published device, in slice order."""
-        return [(s["spec"]["pool"]["name"], d["name"])
-                for s in self.slices() for d in s["spec"].get("devices", [])]
+        return [
+            (s["spec"]["pool"]["name"], d["name"])
+            for s in self.slices()
+            for d in s["spec"].get("devices", [])
+        ]
 
-    def allocate(self, name: str, devices: Iterable[tuple[str, str] | AllocatedDevice],
-                 namespace: str = "default", **kwargs: Any) -> dict[str, Any]:
+    def allocate(
+        self,
+        name: str,
+        devices: Iterable[tuple[str, str] | AllocatedDevice],
+        namespace: str = "default",
+        **kwargs: Any,
+    ) -> dict[str, Any]:
         """Create a ResourceClaim allocated to ``devices`` ((pool, device) pairs or
         AllocatedDevice, one request each unless given)."""
         allocated = [
-            d if isinstance(d, AllocatedDevice) else AllocatedDevice(
-                driver=self.driver_name, pool=d[0], device=d[1], request=f"req-{i}")
+            d
+            if isinstance(d, AllocatedDevice)
+            else AllocatedDevice(
+                driver=self.driver_name, pool=d[0], device=d[1], request=f"req-{i}"
+            )
             for i, d in enumerate(devices)
         ]
-        return self.apiserver.create_claim(namespace, name, allocated,
-                                           node_name=self.node_name, **kwargs)
+        return self.apiserver.create_claim(
+            namespace, name, allocated, node_name=self.node_name, **kwargs
+        )
 
     def prepare(self, *claims: ClaimArg, timeout: float = 45.0) -> dict[str, ClaimPrepareResult]:
         return self.kubelet.node_prepare_resources(
-            self.driver_name, [_ref(c) for c in claims], timeout=timeout)
+            self.driver_name, [_ref(c) for c in claims], timeout=timeout
+        )
 
     def unprepare(self, *claims: ClaimArg, timeout: float = 45.0) -> dict[str, str]:
         return self.kubelet.node_unprepare_resources(
-            self.driver_name, [_ref(c) for c in claims], timeout=timeout)
+            self.driver_name, [_ref(c) for c in claims], timeout=timeout
+        )
 
     def claim(self, claim: ClaimArg) -> dict[str, Any] | None:
         ns, name, _ = _ref(claim)

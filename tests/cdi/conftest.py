@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from cdi.testing import podman_cdi  # noqa: F401  (session fixture re-exported for this dir)
+from cdi.testing import (
+    podman_cdi,  # noqa: F401  (session fixture re-exported for this dir)
+    schema_validator,
+)
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 SCHEMA_DIR = SHARED / "reference" / "cdi-schema"
@@ -26,24 +29,7 @@ def schema_dir() -> Path:
 @pytest.fixture(scope="session")
 def schema_errors(schema_dir: Path) -> Callable[[Any], list[str]]:
     """A function: decoded spec → list of schema violations (empty when valid)."""
-    from jsonschema import Draft7Validator
-    from referencing import Registry, Resource
-    from referencing.jsonschema import DRAFT7
-
-    schema = json.loads((schema_dir / "schema.json").read_text())
-    defs = json.loads((schema_dir / "defs.json").read_text())
-    registry: Registry[Any] = Registry().with_resource(
-        "defs.json", Resource.from_contents(defs, default_specification=DRAFT7)
-    )
-    validator = Draft7Validator(schema, registry=registry)
-
-    def check(instance: Any) -> list[str]:
-        return [
-            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(instance)
-        ]
-
-    return check
+    return schema_validator(schema_dir)
 
 
 @pytest.fixture

@@ -12,8 +12,13 @@ from plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord, Prepared
 
 
 def rec(uid: str) -> ClaimRecord:
-    return ClaimRecord(uid=uid, namespace="ns", name="c", phase="PrepareCompleted",
-                       devices=[PreparedDeviceRecord(request="r", pool="p", device="d")])
+    return ClaimRecord(
+        uid=uid,
+        namespace="ns",
+        name="c",
+        phase="PrepareCompleted",
+        devices=[PreparedDeviceRecord(request="r", pool="p", device="d")],
+    )
 
 
 def test_roundtrip_and_mode(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from plugin.claims import ClaimError, allocated_devices, check_claim, opaque_con
 DRIVER = "gpu.example.com"
 
 
-def claim(results: list[dict[str, Any]], config: list[dict[str, Any]] | None = None,
-          uid: str = "u1") -> dict[str, Any]:
+def claim(
+    results: list[dict[str, Any]], config: list[dict[str, Any]] | None = None, uid: str = "u1"
+) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ns", "name": "c", "uid": uid},
         "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
@@ -35,14 +36,16 @@ def test_uid_mismatch_names_the_replacement() -> None:
 
 def test_not_allocated() -> None:
     c = {"metadata": {"namespace": "ns", "name": "c", "uid": "u1"}, "status": {}}
-    with pytest.raises(ClaimError, match="status.allocation: not allocated"):
+    with pytest.raises(ClaimError, match=r"status\.allocation: not allocated"):
         check_claim(c, REF)
 
 
 def test_only_our_driver_and_base_request() -> None:
     c = claim([res("a", driver="other.example.com"), res("b", request="main/sub", shareID="s1")])
     devs = allocated_devices(c, DRIVER)
-    assert [(d.device, d.base_request, d.share_id, d.index) for d in devs] == [("b", "main", "s1", 1)]
+    assert [(d.device, d.base_request, d.share_id, d.index) for d in devs] == [
+        ("b", "main", "s1", 1)
+    ]
 
 
 def test_no_results_for_our_driver() -> None:
@@ -62,18 +65,25 @@ class Params(BaseModel):
     slices: int = 1
 
 
-def cfg(source: str, params: dict[str, Any], requests: list[str] | None = None,
-        driver: str = DRIVER) -> dict[str, Any]:
-    return {"source": source, "requests": requests or [],
-            "opaque": {"driver": driver, "parameters": params}}
+def cfg(
+    source: str, params: dict[str, Any], requests: list[str] | None = None, driver: str = DRIVER
+) -> dict[str, Any]:
+    return {
+        "source": source,
+        "requests": requests or [],
+        "opaque": {"driver": driver, "parameters": params},
+    }
 
 
 def test_class_first_then_claim_later_wins() -> None:
-    c = claim([res("a")], [
-        cfg("FromClaim", {"mode": "shared"}),
-        cfg("FromClass", {"mode": "class", "slices": 4}),
-        cfg("FromClaim", {"slices": 2}, driver="other.example.com"),
-    ])
+    c = claim(
+        [res("a")],
+        [
+            cfg("FromClaim", {"mode": "shared"}),
+            cfg("FromClass", {"mode": "class", "slices": 4}),
+            cfg("FromClaim", {"slices": 2}, driver="other.example.com"),
+        ],
+    )
     configs = opaque_configs(c, DRIVER)
     assert [x.source for x in configs] == ["FromClass", "FromClaim"]
     got = typed_config(c, configs, "r", Params)

@@ -1,0 +1,118 @@
+"""The bench's test bed: ``drakit run`` as a child process behind the fake kubelet and the
+embedded API server (:class:`plugin.testing.harness.DriverHarness` in subprocess mode), plus
+process probes (RSS) and the fsync floor of the disk under test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdi.atomic import atomic_write
+from plugin.testing.fake_kubelet import FakeKubelet
+from plugin.testing.harness import DriverHarness
+
+DRIVER = "bench.drakit.example.com"
+NODE = "bench-node"
+#: Scan period of the fake kubelet's registrar-dir watcher in the bench (the real kubelet
+#: uses inotify; the default 0.1 s poll would add up to 100 ms to start-up figures).
+KUBELET_POLL = 0.005
+
+
+@dataclass
+class BenchConfig:
+    """What a run measures and where: ``quick`` shrinks every workload to a smoke test;
+    ``workdir`` holds every temporary directory (removed afterwards unless ``keep``)."""
+
+    quick: bool
+    workdir: Path
+    keep: bool = False
+
+    def scale(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+    def tempdir(self, prefix: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.workdir))
+
+
+def example_options(count: int) -> dict[str, dict[str, Any]]:
+    """Options of the example discoverer for ``count`` generated devices."""
+    return {"example": {"generate": {"count": count, "prefix": "dev"}}}
+
+
+@contextlib.contextmanager
+def agent(
+    cfg: BenchConfig,
+    prefix: str,
+    *,
+    discovery: Sequence[str] = ("example",),
+    plugin_options: dict[str, dict[str, Any]] | None = None,
+    extra_args: Sequence[str] = (),
+    wait: float = 60.0,
+) -> Iterator[DriverHarness]:
+    """A started harness with ``drakit run`` as a child; stopped (SIGTERM, then SIGKILL)
+    and its directory removed on exit. Logs go to ``<root>/drakit.log``."""
+    root = cfg.tempdir(prefix)
+    h = DriverHarness(root, driver_name=DRIVER, node_name=NODE, discovery=discovery,
+                      plugin_options=plugin_options, subprocess=True,
+                      extra_args=list(extra_args))
+    h.kubelet = FakeKubelet(h.registrar_dir, "1.34", poll_interval=KUBELET_POLL)
+    try:
+        h.start(wait=wait)
+        yield h
+    finally:
+        try:
+            h.stop()
+        finally:
+            if not cfg.keep:
+                shutil.rmtree(root, ignore_errors=True)
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size (VmRSS) of process ``pid`` in MiB, from /proc/<pid>/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def agent_pid(h: DriverHarness) -> int:
+    if h.process is None:
+        raise RuntimeError("the agent is not running as a child process")
+    return h.process.pid
+
+
+def fsync_floor_ms(directory: Path, n: int) -> list[float]:
+    """Milliseconds per :func:`cdi.atomic.atomic_write` of a 1 KiB file in ``directory``
+    (temp file, write, fsync, rename, fsync of the directory), ``n`` times."""
+    out = []
+    data = b"x" * 1024
+    target = directory / ".bench-fsync-probe.json"
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            atomic_write(target, data)
+            out.append((time.perf_counter() - t0) * 1000)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+    return out
+
+
+def wait_until(cond: Any, timeout: float, what: str, interval: float = 0.005) -> float:
+    """Poll ``cond()`` until true; return the monotonic time it first was. TimeoutError
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cond():
+            return time.monotonic()
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)

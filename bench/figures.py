@@ -1,0 +1,144 @@
+"""The figures of ``make bench``: names, goals (issue 9) and measured results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bench.stats import Summary, summarize
+
+Verdict = Literal["pass", "miss", "report", "skipped"]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A goal on the median of a figure: ``op`` is ``<=``, ``>=``, ``==`` (judged on the
+    maximum: every repeat must meet it) or ``report`` (no goal, just reported)."""
+
+    op: Literal["<=", ">=", "==", "report"]
+    value: float | None = None
+
+    def verdict(self, s: Summary) -> Verdict:
+        if self.op == "report" or self.value is None:
+            return "report"
+        if self.op == "<=":
+            return "pass" if s.median <= self.value else "miss"
+        if self.op == ">=":
+            return "pass" if s.median >= self.value else "miss"
+        return "pass" if s.max == self.value and s.min == self.value else "miss"
+
+    def text(self, unit: str) -> str:
+        if self.op == "report" or self.value is None:
+            return "report"
+        op = {"<=": "≤", ">=": "≥", "==": "="}[self.op]
+        return f"{op} {_fmt(self.value)} {unit}".strip()
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One row of the table: ``name`` (for ``--only``), human ``title``, ``unit``, goal."""
+
+    name: str
+    title: str
+    unit: str
+    goal: Goal
+
+
+SPECS: dict[str, FigureSpec] = {
+    s.name: s
+    for s in (
+        FigureSpec("prepare_p50", "NodePrepareResources 1 claim x 1 device, p50", "ms",
+                   Goal("<=", 3)),
+        FigureSpec("prepare_p99", "NodePrepareResources 1 claim x 1 device, p99", "ms",
+                   Goal("<=", 10)),
+        FigureSpec("unprepare_p50", "NodeUnprepareResources 1 claim, p50", "ms", Goal("<=", 3)),
+        FigureSpec("unprepare_p99", "NodeUnprepareResources 1 claim, p99", "ms", Goal("<=", 10)),
+        FigureSpec("fsync_floor", "atomic_write of a small file (fsync floor)", "ms",
+                   Goal("report")),
+        FigureSpec("prepare_throughput", "prepare throughput, 256 claims / 16 callers",
+                   "claims/s", Goal(">=", 300)),
+        FigureSpec("publish_cold_10k", "cold publish of 10,000 devices until all slices exist",
+                   "s", Goal("<=", 3)),
+        FigureSpec("resync_writes", "API writes by a resync with nothing changed", "writes",
+                   Goal("==", 0)),
+        FigureSpec("discovery_4096", "discovery over 4,096 synthetic sysfs devices", "s",
+                   Goal("<=", 1)),
+        FigureSpec("hotplug", "hot-plug: veth created -> slice with it published", "ms",
+                   Goal("<=", 500)),
+        FigureSpec("rss_idle", "plugin RSS, idle after start", "MB", Goal("report")),
+        FigureSpec("rss_loaded", "plugin RSS, 1,000 devices + 1,000 claims prepared", "MB",
+                   Goal("<=", 80)),
+        FigureSpec("start_to_registered", "start to registered with the fake kubelet", "s",
+                   Goal("<=", 1.5)),
+        FigureSpec("pydra_prepare_p50", "kubernetes-pydra: NodePrepareResources p50", "ms",
+                   Goal("report")),
+        FigureSpec("pydra_prepare_p99", "kubernetes-pydra: NodePrepareResources p99", "ms",
+                   Goal("report")),
+        FigureSpec("pydra_unprepare_p50", "kubernetes-pydra: NodeUnprepareResources p50", "ms",
+                   Goal("report")),
+        FigureSpec("pydra_throughput", "kubernetes-pydra: throughput, 256 claims / 16 callers",
+                   "claims/s", Goal("report")),
+        FigureSpec("ratio_prepare_p50", "pydra / drakit, prepare p50 latency", "x",
+                   Goal("report")),
+        FigureSpec("ratio_throughput", "drakit / pydra, prepare throughput", "x",
+                   Goal("report")),
+    )
+}
+
+
+@dataclass
+class Result:
+    """A measured figure: one sample per repeat, or ``skipped`` with the reason."""
+
+    name: str
+    samples: list[float] = field(default_factory=list)
+    skipped: str | None = None
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> FigureSpec:
+        return SPECS[self.name]
+
+    @property
+    def summary(self) -> Summary | None:
+        return summarize(self.samples) if self.samples and not self.skipped else None
+
+    @property
+    def verdict(self) -> Verdict:
+        s = self.summary
+        return "skipped" if s is None else self.spec.goal.verdict(s)
+
+    def to_json(self) -> dict[str, Any]:
+        spec = self.spec
+        s = self.summary
+        return {
+            "name": self.name,
+            "title": spec.title,
+            "unit": spec.unit,
+            "goal": spec.goal.text(spec.unit),
+            "verdict": self.verdict,
+            "median": round(s.median, 4) if s else None,
+            "spread": {"p10": round(s.p10, 4), "p90": round(s.p90, 4),
+                       "min": round(s.min, 4), "max": round(s.max, 4)} if s else None,
+            "repeats": len(self.samples),
+            "samples": [round(x, 4) for x in self.samples],
+            "skipped": self.skipped,
+            "notes": self.notes,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+def _fmt(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}".rstrip("0").rstrip(".") if abs(v) >= 1 else f"{v:.3f}"
+
+
+def fmt(v: float) -> str:
+    """A number for the table: 3 significant-ish digits."""
+    return _fmt(v)

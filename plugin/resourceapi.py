@@ -1,0 +1,430 @@
+"""A version-aware client for resource.k8s.io ResourceSlices and ResourceClaims.
+
+:class:`ResourceAPI` wraps a ``kubernetes.client.ApiClient``. On first use it asks the API
+server which resource.k8s.io versions it serves (``GET /apis/resource.k8s.io``) and picks
+the first of v1 (Kubernetes 1.34+), v1beta2 (1.33), v1beta1 (1.32). Callers always see and
+hand over the v1 shape; :mod:`plugin.slices.convert` translates at the boundary. Objects
+travel as plain dicts through ``CustomObjectsApi``, exactly as the client sends them.
+
+Errors surface as ``kubernetes.client.ApiException`` (or urllib3 / OS connection errors);
+:func:`classify` sorts them into retryable (429, 5xx, connection errors), conflict (409),
+not found (404), expired (410) and fatal, and :func:`call_with_retries` retries the
+retryable ones with exponential backoff and jitter, honouring ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+import urllib3
+from kubernetes.client import (
+    ApiClient,
+    ApiException,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1DeleteOptions,
+    V1Preconditions,
+)
+
+from plugin.slices import convert
+
+GROUP: Final = convert.GROUP
+SLICES: Final = "resourceslices"
+CLAIMS: Final = "resourceclaims"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ResourceAPIUnavailable(RuntimeError):
+    """The API server serves none of the resource.k8s.io versions drakit speaks."""
+
+
+# ---------------------------------------------------------------------------------------------
+# error classification and retries
+
+class ErrorKind(enum.Enum):
+    RETRYABLE = "retryable"
+    CONFLICT = "conflict"
+    NOT_FOUND = "not found"
+    EXPIRED = "expired"
+    FATAL = "fatal"
+
+
+_CONNECTION_ERRORS: Final = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+
+
+def classify(exc: BaseException) -> ErrorKind:
+    """Sort an error from the client: 429/5xx/connection problems are retryable, 409 is a
+    conflict (re-read and retry), 404 not found, 410 an expired resourceVersion (re-list),
+    anything else (400, 401, 403, 422, …) fatal for this request."""
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        if status == 0 or status == 429 or status >= 500:
+            return ErrorKind.RETRYABLE
+        if status == 409:
+            return ErrorKind.CONFLICT
+        if status == 404:
+            return ErrorKind.NOT_FOUND
+        if status == 410:
+            return ErrorKind.EXPIRED
+        return ErrorKind.FATAL
+    if isinstance(exc, _CONNECTION_ERRORS):
+        return ErrorKind.RETRYABLE
+    return ErrorKind.FATAL
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The ``Retry-After`` delay of a 429/503 answer, in seconds (None when absent)."""
+    headers = getattr(exc, "headers", None)
+    if not headers:
+        return None
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except (TypeError, ValueError):
+        return None
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line description: HTTP status, reason and the Status message (with causes)."""
+    if isinstance(exc, ApiException):
+        text = f"HTTP {exc.status} {exc.reason or ''}".strip()
+        try:
+            body = json.loads(exc.body) if exc.body else {}
+        except (TypeError, ValueError):
+            body = {}
+        if isinstance(body, dict) and body.get("message"):
+            text += f": {body['message']}"
+        return text
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter: attempt ``n`` (1-based) waits
+    ``min(max_delay, initial · factor^(n-1))``, spread by ±``jitter`` (a fraction).
+    ``attempts`` bounds the calls per operation; ``max_retry_after`` caps a server's
+    Retry-After (seconds)."""
+
+    initial: float = 0.2
+    factor: float = 2.0
+    max_delay: float = 10.0
+    jitter: float = 0.2
+    attempts: int = 5
+    max_retry_after: float = 60.0
+
+    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        base = min(self.max_delay, self.initial * self.factor ** max(0, attempt - 1))
+        return max(0.0, base * (1 + self.jitter * (2 * rng() - 1)))
+
+
+def call_with_retries(fn: Callable[[], T], backoff: Backoff, *,
+                      sleep: Callable[[float], Any] = time.sleep,
+                      rng: Callable[[], float] = random.random,
+                      what: str = "API call") -> T:
+    """Call ``fn``; on a retryable error wait (Retry-After if the server gave one, else the
+    backoff delay) and try again, at most ``backoff.attempts`` calls. Other errors, and the
+    last retryable one, are raised unchanged."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn()
+        except Exception as exc:
+            if classify(exc) is not ErrorKind.RETRYABLE or attempt >= backoff.attempts:
+                raise
+            wait = retry_after_seconds(exc)
+            wait = min(wait, backoff.max_retry_after) if wait is not None \
+                else backoff.delay(attempt, rng)
+            log.info("%s failed (%s), retry %d/%d in %.2fs", what, describe(exc), attempt,
+                     backoff.attempts - 1, wait)
+            sleep(wait)
+
+
+# ---------------------------------------------------------------------------------------------
+# watch
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One watch event: ``type`` ADDED, MODIFIED, DELETED or BOOKMARK; ``object`` in the v1
+    shape; ``resource_version`` of the object (the position to resume from)."""
+
+    type: str
+    object: dict[str, Any]
+    resource_version: str
+
+
+class SliceWatch:
+    """An open watch on ResourceSlices; iterate for :class:`WatchEvent`s. The iteration ends
+    when the server closes the stream (``timeoutSeconds``) or :meth:`close` is called from
+    another thread. An ``ERROR`` event is raised as ``ApiException`` (410 when the
+    resourceVersion is too old: list again)."""
+
+    def __init__(self, response: Any, version: str) -> None:
+        self._resp = response
+        self._version = version
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        buf = b""
+        try:
+            while not self._closed.is_set():
+                try:
+                    chunk = self._resp.read1(65536)
+                except Exception:
+                    if self._closed.is_set():
+                        return
+                    raise
+                if not chunk:
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield self._event(json.loads(line))
+        finally:
+            self.close()
+
+    def _event(self, raw: dict[str, Any]) -> WatchEvent:
+        kind = raw.get("type", "")
+        obj = raw.get("object") or {}
+        if kind == "ERROR":
+            raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
+        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind != "BOOKMARK":
+            obj = convert.slice_from_version(obj, self._version)
+        return WatchEvent(kind, obj, rv)
+
+    def close(self) -> None:
+        """Stop the watch (safe from any thread, idempotent)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            shutdown = getattr(self._resp, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            self._resp.close()
+            self._resp.release_conn()
+        except Exception:  # pragma: no cover - best effort on a dying connection
+            pass
+
+
+@dataclass
+class SliceList:
+    """ResourceSlices in the v1 shape and the list's resourceVersion (to watch from)."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    resource_version: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the client
+
+def _dict(obj: object) -> dict[str, Any]:
+    """The client's ``object`` answers for custom objects are JSON dicts."""
+    if not isinstance(obj, dict):
+        raise TypeError(f"expected a JSON object from the API server, got {type(obj).__name__}")
+    return obj
+
+
+def _selector(**fields: str | None) -> str | None:
+    parts = [f"{k}={v}" for k, v in fields.items() if v is not None]
+    return ",".join(parts) if parts else None
+
+
+class ResourceAPI:
+    """resource.k8s.io ResourceSlices and ResourceClaims in the v1 shape, on any server.
+
+    ``versions`` is the preference order (default v1, v1beta2, v1beta1);
+    ``request_timeout`` (seconds) bounds every non-watch request. The served version is
+    detected once, lazily, on the first call (:attr:`version`); a failed detection is
+    retried on the next call.
+    """
+
+    def __init__(self, api_client: ApiClient, *, versions: tuple[str, ...] = convert.VERSIONS,
+                 request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self._custom = CustomObjectsApi(api_client)
+        self._core = CoreV1Api(api_client)
+        self._preference = versions
+        self._timeout = request_timeout
+        self._version: str | None = None
+        self._lock = threading.Lock()
+
+    # -- version ------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> str:
+        """The resource.k8s.io version used for every request (detected on first use).
+
+        Raises :class:`ResourceAPIUnavailable` when the server serves none of ours, or the
+        client's error when discovery fails."""
+        with self._lock:
+            if self._version is None:
+                self._version = self._detect()
+            return self._version
+
+    def _detect(self) -> str:
+        params = self.api_client.param_serialize(
+            "GET", f"/apis/{GROUP}", header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        resp = self.api_client.call_api(*params, _request_timeout=self._timeout)
+        data = resp.read()
+        if resp.status == 404:
+            raise ResourceAPIUnavailable(f"the API server does not serve {GROUP}")
+        if not 200 <= resp.status <= 299:
+            raise ApiException(http_resp=resp, body=data.decode("utf-8", "replace"))
+        group = json.loads(data)
+        served = [str(v.get("version")) for v in group.get("versions", [])
+                  if isinstance(v, dict)]
+        for candidate in self._preference:
+            if candidate in served:
+                log.info("using %s/%s (server serves %s)", GROUP, candidate, ", ".join(served))
+                return candidate
+        raise ResourceAPIUnavailable(
+            f"the API server serves {GROUP} versions {served}, none of {list(self._preference)}")
+
+    # -- claims -------------------------------------------------------------------------------
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET a ResourceClaim, returned in the v1 shape (404 raises ApiException)."""
+        version = self.version
+        obj = self._custom.get_namespaced_custom_object(
+            GROUP, version, namespace, CLAIMS, name, _request_timeout=self._timeout)
+        return convert.claim_from_version(_dict(obj), version)
+
+    def apply_claim_status_devices(self, namespace: str, name: str,
+                                   entries: list[dict[str, Any]],
+                                   field_manager: str) -> dict[str, Any]:
+        """Server-side apply ``status.devices`` (AllocatedDeviceStatus entries, v1 JSON:
+        driver, pool, device, optional shareID, conditions, data, networkData) on the
+        claim's status subresource as ``field_manager`` with force. The manager then owns
+        exactly these entries: entries it applied before and leaves out now are removed.
+        Returns the claim (v1 shape)."""
+        version = self.version
+        body: dict[str, Any] = {
+            "apiVersion": convert.api_version(version),
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"devices": entries},
+        }
+        obj = self._custom.patch_namespaced_custom_object_status(
+            GROUP, version, namespace, CLAIMS, name, body, field_manager=field_manager,
+            force=True, _content_type=APPLY_PATCH, _request_timeout=self._timeout)
+        return convert.claim_from_version(_dict(obj), version)
+
+    def remove_claim_status_devices(self, namespace: str, name: str,
+                                    field_manager: str) -> dict[str, Any] | None:
+        """Withdraw every ``status.devices`` entry ``field_manager`` applied (apply of an
+        empty configuration). Returns the claim, or None when it no longer exists."""
+        version = self.version
+        body: dict[str, Any] = {
+            "apiVersion": convert.api_version(version),
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            obj = self._custom.patch_namespaced_custom_object_status(
+                GROUP, version, namespace, CLAIMS, name, body, field_manager=field_manager,
+                force=True, _content_type=APPLY_PATCH, _request_timeout=self._timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return convert.claim_from_version(_dict(obj), version)
+
+    # -- slices -------------------------------------------------------------------------------
+
+    def list_slices(self, driver: str, node: str | None = None, *,
+                    label_selector: str | None = None) -> SliceList:
+        """ResourceSlices of ``driver`` (field selector ``spec.driver``), on ``node`` when
+        given (``spec.nodeName``), optionally filtered by labels. Follows ``continue``."""
+        version = self.version
+        selector = _selector(**{"spec.driver": driver, "spec.nodeName": node})
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        rv = ""
+        while True:
+            kwargs: dict[str, Any] = {"field_selector": selector, "limit": 500,
+                                      "_request_timeout": self._timeout}
+            if label_selector:
+                kwargs["label_selector"] = label_selector
+            if token:
+                kwargs["_continue"] = token
+            page = _dict(self._custom.list_cluster_custom_object(GROUP, version, SLICES,
+                                                                 **kwargs))
+            meta = page.get("metadata") or {}
+            items.extend(convert.slice_from_version(i, version) for i in page.get("items") or [])
+            rv = str(meta.get("resourceVersion", rv))
+            token = meta.get("continue") or None
+            if not token:
+                return SliceList(items, rv)
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a ResourceSlice from its v1 shape (``metadata.generateName`` allowed)."""
+        version = self.version
+        out = self._custom.create_cluster_custom_object(
+            GROUP, version, SLICES, convert.slice_to_version(obj, version),
+            _request_timeout=self._timeout)
+        return convert.slice_from_version(_dict(out), version)
+
+    def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replace a ResourceSlice (PUT; ``metadata.resourceVersion`` makes it conditional:
+        409 when the object changed meanwhile)."""
+        version = self.version
+        name = obj["metadata"]["name"]
+        out = self._custom.replace_cluster_custom_object(
+            GROUP, version, SLICES, name, convert.slice_to_version(obj, version),
+            _request_timeout=self._timeout)
+        return convert.slice_from_version(_dict(out), version)
+
+    def delete_slice(self, name: str, *, uid: str | None = None,
+                     resource_version: str | None = None) -> None:
+        """Delete a ResourceSlice, with UID / resourceVersion preconditions when given
+        (409 when they no longer hold; 404 when it is already gone)."""
+        version = self.version
+        body = V1DeleteOptions()
+        if uid or resource_version:
+            body.preconditions = V1Preconditions(uid=uid, resource_version=resource_version)
+        self._custom.delete_cluster_custom_object(GROUP, version, SLICES, name, body=body,
+                                                  _request_timeout=self._timeout)
+
+    def watch_slices(self, driver: str, node: str | None, resource_version: str | None,
+                     timeout_seconds: int = 300, *,
+                     label_selector: str | None = None) -> SliceWatch:
+        """Open a watch on ``driver``'s slices (on ``node`` when given) from
+        ``resource_version``; the server ends it after ``timeout_seconds``."""
+        version = self.version
+        kwargs: dict[str, Any] = {
+            "field_selector": _selector(**{"spec.driver": driver, "spec.nodeName": node}),
+            "watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
+            "_preload_content": False, "_request_timeout": (self._timeout, timeout_seconds + 30),
+        }
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        resp = self._custom.list_cluster_custom_object(GROUP, version, SLICES, **kwargs)
+        return SliceWatch(resp, version)
+
+    # -- core ---------------------------------------------------------------------------------
+
+    def get_node_uid(self, name: str) -> str:
+        """The UID of Node ``name`` (for owner references)."""
+        node = self._core.read_node(name, _request_timeout=self._timeout)
+        if node.metadata is None or not node.metadata.uid:
+            raise ValueError(f"node {name!r} has no metadata.uid")
+        return str(node.metadata.uid)

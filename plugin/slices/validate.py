@@ -1,0 +1,251 @@
+"""Validate a pool before it is published, and decide what to leave out.
+
+Policy (issue 4): a device that breaks an API rule is left out and the rest of the pool is
+published; an attribute that breaks a rule is dropped and its device kept; a counter set that
+breaks a rule is dropped (and with it the devices that consume from it); a pool whose name
+or node selection is invalid is skipped as a whole. Each decision is one
+:class:`ValidationIssue` naming the pool, the device (or counter set), the field path the way
+the API server writes it and the rule. ``strict`` publishing (see
+:class:`~plugin.slices.publisher.SlicePublisher`) refuses instead when there is any issue.
+
+Field paths use the device's position in the pool as handed over
+(``spec.devices[<i>]``, ``spec.sharedCounters[<i>]``); after splitting, the device may sit
+at another index of another slice.
+
+Rules checked here on top of the server's (rules.py): device names and counter set names
+unique in the pool, every ``consumesCounters`` entry names a counter set of the pool and
+only counters that set has (the scheduler's pool checks, fact sheet §4b), and no attribute
+given both bare and with the driver's own domain (``model`` and ``<driver>/model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from discovery.model import Pool
+from plugin.slices import fielderrors as fe
+from plugin.slices import formats, rules
+from plugin.slices.fielderrors import FieldError
+from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
+
+Action = Literal["device dropped", "attribute dropped", "counter set dropped", "pool skipped"]
+
+
+@dataclass(frozen=True)
+class ValidationIssue:
+    """One rule broken by the inventory and what the publisher did about it."""
+
+    pool: str
+    error: FieldError
+    action: Action
+    device: str | None = None
+    counter_set: str | None = None
+    attribute: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The field path as the API server writes it, e.g. ``spec.devices[3].name``."""
+        return self.error.field
+
+    @property
+    def rule(self) -> str:
+        """The error type and detail (the server's wording where it has one)."""
+        return f"{self.error.type}: {self.error.detail}" if self.error.detail else self.error.type
+
+    def __str__(self) -> str:
+        where = f"pool {self.pool!r}"
+        if self.device is not None:
+            where += f" device {self.device!r}"
+        if self.counter_set is not None:
+            where += f" counter set {self.counter_set!r}"
+        if self.attribute is not None:
+            where += f" attribute {self.attribute!r}"
+        return f"{where}: {self.error} ({self.action})"
+
+
+@dataclass
+class ValidatedPool:
+    """A pool reduced to what passes every rule, as resource.k8s.io/v1 JSON.
+
+    ``devices`` and ``counter_sets`` keep the order they were handed over in; splitting
+    sorts them.
+    """
+
+    name: str
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    counter_sets: list[dict[str, Any]] = field(default_factory=list)
+    node_selector: dict[str, Any] | None = None
+    all_nodes: bool = False
+    per_device_node_selection: bool = False
+
+    @property
+    def node_local(self) -> bool:
+        return self.node_selector is None and not self.all_nodes \
+            and not self.per_device_node_selection
+
+
+@dataclass
+class PoolValidation:
+    """The result for one pool: ``pool`` is None when the whole pool was skipped."""
+
+    pool: ValidatedPool | None
+    issues: list[ValidationIssue] = field(default_factory=list)
+
+
+class SliceValidationError(ValueError):
+    """Strict mode: the inventory breaks API rules; nothing was published.
+
+    ``issues`` lists every problem found (not only the first)."""
+
+    def __init__(self, issues: list[ValidationIssue]) -> None:
+        self.issues = issues
+        lines = "\n".join(f"  {i}" for i in issues)
+        super().__init__(f"{len(issues)} ResourceSlice validation error(s):\n{lines}")
+
+
+def validate_pool(pool: Pool, driver: str, node_name: str,
+                  opts: RuleOptions = DRAKIT_DEFAULT) -> PoolValidation:
+    """Check one pool; return what may be published and the issues found."""
+    issues: list[ValidationIssue] = []
+
+    def skip(errors: Iterable[FieldError]) -> PoolValidation:
+        issues.extend(ValidationIssue(pool.name, e, "pool skipped") for e in errors)
+        return PoolValidation(None, issues)
+
+    name_errors = formats.pool_name(pool.name, "spec.pool.name")
+    if name_errors:
+        return skip(name_errors)
+    selection: dict[str, Any] = {
+        "nodeSelector": pool.node_selector,
+        "allNodes": pool.all_nodes,
+        "perDeviceNodeSelection": pool.per_device_node_selection,
+    }
+    if all(v is None for v in selection.values()):
+        selection["nodeName"] = node_name
+    selection_errors = rules.validate_spec_node_selection(selection)
+    if selection_errors:
+        return skip(selection_errors)
+    out = ValidatedPool(
+        name=pool.name,
+        node_selector=pool.node_selector,
+        all_nodes=pool.all_nodes is True,
+        per_device_node_selection=pool.per_device_node_selection is True,
+    )
+    counter_sets: dict[str, dict[str, Any]] = {}
+    for i, cs in enumerate(pool.counter_sets):
+        api = cs.to_api()
+        path = fe.index("spec.sharedCounters", i)
+        errors = rules.validate_counter_set(api, path, opts)
+        if api.get("name") in counter_sets:
+            errors.append(fe.duplicate(path, api.get("name")))
+        if errors:
+            issues.extend(ValidationIssue(pool.name, e, "counter set dropped",
+                                          counter_set=cs.name) for e in errors)
+            continue
+        counter_sets[api["name"]] = api
+        out.counter_sets.append(api)
+    names: set[str] = set()
+    for i, device in enumerate(pool.devices):
+        api = device.to_api()
+        path = fe.index("spec.devices", i)
+        api, attr_issues = _drop_bad_attributes(pool.name, device.name, api, path, driver)
+        issues.extend(attr_issues)
+        errors = rules.validate_device_structure(
+            api, path, per_device=out.per_device_node_selection, opts=opts)
+        errors.extend(_capacity_domain_duplicates(api, path, driver))
+        errors.extend(_counter_references(api, path, counter_sets))
+        if device.name in names:
+            errors.append(fe.duplicate(path, device.name))
+        if errors:
+            issues.extend(ValidationIssue(pool.name, e, "device dropped", device=device.name)
+                          for e in errors)
+            continue
+        names.add(device.name)
+        out.devices.append(api)
+    return PoolValidation(out, issues)
+
+
+def validate_pools(pools: Iterable[Pool], driver: str, node_name: str,
+                   opts: RuleOptions = DRAKIT_DEFAULT) -> list[PoolValidation]:
+    """Validate every pool; a pool name given twice skips the later pool."""
+    results: list[PoolValidation] = []
+    seen: set[str] = set()
+    for pool in pools:
+        if pool.name in seen:
+            err = fe.duplicate("spec.pool.name", pool.name)
+            results.append(PoolValidation(None, [ValidationIssue(pool.name, err,
+                                                                 "pool skipped")]))
+            continue
+        seen.add(pool.name)
+        results.append(validate_pool(pool, driver, node_name, opts))
+    return results
+
+
+def _in_driver_domain(key: str, driver: str) -> str | None:
+    """For ``<driver>/<id>`` return ``<id>``; None for other keys."""
+    domain, sep, ident = key.partition("/")
+    if sep and domain.lower() == driver.lower():
+        return ident
+    return None
+
+
+def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
+                         driver: str) -> tuple[dict[str, Any], list[ValidationIssue]]:
+    attributes: dict[str, Any] = api.get("attributes") or {}
+    if not attributes:
+        return api, []
+    issues: list[ValidationIssue] = []
+    amap = fe.child(path, "attributes")
+    keep: dict[str, Any] = {}
+    qualified_ids = {i for k in attributes if (i := _in_driver_domain(k, driver)) is not None}
+    for key in sorted(attributes):
+        errors = rules.validate_attribute(key, attributes[key], amap)
+        if "/" not in key and key in qualified_ids:
+            errors.append(fe.invalid(amap, key, "the attribute is also given with the driver's "
+                                                f"domain as {driver}/{key}"))
+        if errors:
+            issues.extend(ValidationIssue(pool, e, "attribute dropped", device=device,
+                                          attribute=key) for e in errors)
+            continue
+        keep[key] = attributes[key]
+    api = dict(api)
+    if keep:
+        api["attributes"] = keep
+    else:
+        api.pop("attributes", None)
+    return api, issues
+
+
+def _capacity_domain_duplicates(api: dict[str, Any], path: str,
+                                driver: str) -> list[FieldError]:
+    capacity = api.get("capacity") or {}
+    ids = {i for k in capacity if (i := _in_driver_domain(k, driver)) is not None}
+    return [fe.invalid(fe.child(path, "capacity"), k, "the capacity is also given with the "
+                                                      f"driver's domain as {driver}/{k}")
+            for k in sorted(capacity) if "/" not in k and k in ids]
+
+
+def _counter_references(api: dict[str, Any], path: str,
+                        counter_sets: dict[str, dict[str, Any]]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    consumes = api.get("consumesCounters")
+    if not isinstance(consumes, list) or len(consumes) > rules.MAX_CONSUMPTIONS_PER_DEVICE:
+        return errors
+    for j, item in enumerate(consumes):
+        if not isinstance(item, dict) or not item.get("counterSet"):
+            continue
+        ipath = fe.index(fe.child(path, "consumesCounters"), j)
+        cs = counter_sets.get(item["counterSet"])
+        if cs is None:
+            errors.append(fe.invalid(fe.child(ipath, "counterSet"), item["counterSet"],
+                                     "must reference a counterSet defined in the pool's "
+                                     "sharedCounters"))
+            continue
+        for counter in sorted(item.get("counters") or {}):
+            if counter not in cs.get("counters", {}):
+                errors.append(fe.invalid(fe.child(ipath, "counters"), counter,
+                                         "must reference a counter defined in the counterSet "
+                                         f"{cs['name']}"))
+    return errors

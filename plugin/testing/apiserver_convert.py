@@ -1,0 +1,119 @@
+"""Conversion between the stored (resource.k8s.io/v1) shape and older API versions.
+
+The embedded API server stores every object in its v1 shape and converts at the
+HTTP boundary. The differences that matter (Kubernetes API reference, resource.k8s.io):
+
+* ResourceSlice ``spec.devices[]``: v1 and v1beta2 put a device's fields next to its
+  ``name``; v1beta1 wraps them in ``basic`` (``{"name": ..., "basic": {attributes, capacity,
+  consumesCounters, taints, nodeName, ...}}``).
+* ResourceClaim ``spec.devices.requests[]``: v1 and v1beta2 put the exact request under
+  ``exactly`` (``{"name", "exactly": {deviceClassName, selectors, allocationMode, count,
+  adminAccess, tolerations, capacity}, "firstAvailable"}``); v1beta1 has those fields
+  directly on the request.
+* Everything else these four resources carry (DeviceClass, claim status incl.
+  ``allocation`` and ``devices``) has the same JSON in all three versions.
+
+The functions accept partial objects (server-side apply configurations) and never
+modify their input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .apiserver_json import clone, strip_nulls
+from .apiserver_resources import RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceInfo
+
+_REQUEST_OWN_FIELDS = ("name", "firstAvailable")
+
+
+def slice_device_to_v1beta1(device: dict[str, Any]) -> dict[str, Any]:
+    """v1 device → v1beta1 device: every field except ``name`` moves under ``basic``."""
+    out: dict[str, Any] = {}
+    basic = {k: clone(v) for k, v in device.items() if k != "name"}
+    if "name" in device:
+        out["name"] = device["name"]
+    if basic:
+        out["basic"] = basic
+    return out
+
+
+def slice_device_from_v1beta1(device: dict[str, Any]) -> dict[str, Any]:
+    """v1beta1 device → v1 device: the ``basic`` fields are lifted next to ``name``."""
+    out = {k: clone(v) for k, v in device.items() if k != "basic"}
+    basic = device.get("basic")
+    if isinstance(basic, dict):
+        for key, value in basic.items():
+            out.setdefault(key, clone(value))
+    return out
+
+
+def claim_request_to_v1beta1(request: dict[str, Any]) -> dict[str, Any]:
+    """v1 DeviceRequest → v1beta1: the ``exactly`` fields move onto the request itself."""
+    out = {k: clone(v) for k, v in request.items() if k != "exactly"}
+    exactly = request.get("exactly")
+    if isinstance(exactly, dict):
+        for key, value in exactly.items():
+            out.setdefault(key, clone(value))
+    return out
+
+
+def claim_request_from_v1beta1(request: dict[str, Any]) -> dict[str, Any]:
+    """v1beta1 DeviceRequest → v1: every field except ``name``/``firstAvailable`` moves
+    under ``exactly`` (left out when there are none)."""
+    out = {k: clone(v) for k, v in request.items() if k in _REQUEST_OWN_FIELDS}
+    exactly = {
+        k: clone(v) for k, v in request.items() if k not in _REQUEST_OWN_FIELDS
+    }
+    if exactly:
+        out["exactly"] = exactly
+    return out
+
+
+def _map_list(obj: dict[str, Any], path: tuple[str, ...], fn: Any) -> dict[str, Any]:
+    """``obj`` (changed in place, and returned) with ``fn`` applied to each dict item of
+    the list at ``path``."""
+    out = obj
+    parent: Any = out
+    for key in path[:-1]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict):
+            return out
+    items = parent.get(path[-1])
+    if isinstance(items, list):
+        parent[path[-1]] = [fn(i) if isinstance(i, dict) else i for i in items]
+    return out
+
+
+_SLICE_DEVICES = ("spec", "devices")
+_CLAIM_REQUESTS = ("spec", "devices", "requests")
+
+
+def to_internal(info: ResourceInfo, version: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Object (or apply configuration) sent in ``version`` → stored v1 shape (a copy).
+    ``apiVersion`` is removed (the server sets it on the way out) and so are ``null``
+    map values (see :func:`~plugin.testing.apiserver_json.strip_nulls`)."""
+    out = strip_nulls({k: v for k, v in obj.items() if k != "apiVersion"})
+    if version == "v1beta1":
+        if info is RESOURCE_SLICES:
+            out = _map_list(out, _SLICE_DEVICES, slice_device_from_v1beta1)
+        elif info is RESOURCE_CLAIMS:
+            out = _map_list(out, _CLAIM_REQUESTS, claim_request_from_v1beta1)
+    return out
+
+
+def from_internal(
+    info: ResourceInfo, version: str, obj: dict[str, Any], *, with_type: bool = True
+) -> dict[str, Any]:
+    """Stored v1 object → ``version``; ``apiVersion``/``kind`` are set first when
+    ``with_type`` (list items carry neither, as kube-apiserver writes them)."""
+    body = clone({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
+    if version == "v1beta1":
+        if info is RESOURCE_SLICES:
+            body = _map_list(body, _SLICE_DEVICES, slice_device_to_v1beta1)
+        elif info is RESOURCE_CLAIMS:
+            body = _map_list(body, _CLAIM_REQUESTS, claim_request_to_v1beta1)
+    if not with_type:
+        return body
+    api_version = f"{info.group}/{version}" if info.group else version
+    return {"apiVersion": api_version, "kind": info.kind, **body}

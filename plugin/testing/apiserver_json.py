@@ -1,0 +1,36 @@
+"""JSON-tree helpers for the embedded API server (objects are plain dict/list/scalar
+trees, so a structural copy is enough and much cheaper than ``copy.deepcopy``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def clone(value: Any) -> Any:
+    """Structural copy of a JSON tree (dicts and lists copied, scalars shared)."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
+def strip_nulls(value: Any) -> Any:
+    """Copy without ``null`` map values (recursively), as decoding into Go structs with
+    omitempty fields does: clients that serialize unset fields as null store nothing."""
+    if isinstance(value, dict):
+        return {k: strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [strip_nulls(v) for v in value]
+    return value
+
+
+def equal_ignoring_resource_version(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """True when ``a`` and ``b`` differ at most in ``metadata.resourceVersion``."""
+    def meta(o: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in (o.get("metadata") or {}).items() if k != "resourceVersion"}
+
+    def rest(o: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in o.items() if k != "metadata"}
+
+    return meta(a) == meta(b) and rest(a) == rest(b)

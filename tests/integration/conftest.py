@@ -1,0 +1,42 @@
+"""Fixtures for end-to-end tests: a whole driver (embedded API server + fake kubelet + the
+drakit agent) in a temporary directory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdi.testing import podman_cdi, schema_validator  # noqa: F401  (fixture re-exported)
+from plugin.testing.harness import DriverHarness
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "cdi-schema"
+
+
+@pytest.fixture
+def harness_factory(tmp_path: Path) -> Iterator[Callable[..., DriverHarness]]:
+    made: list[DriverHarness] = []
+
+    def make(**kwargs: Any) -> DriverHarness:
+        h = DriverHarness(tmp_path / f"h{len(made)}", **kwargs)
+        made.append(h)
+        return h.start()
+
+    yield make
+    for h in made:
+        h.stop()
+
+
+@pytest.fixture
+def harness(harness_factory: Callable[..., DriverHarness]) -> DriverHarness:
+    """The example discoverer's devices, in-process agent, kubelet 1.34 (DRA v1)."""
+    return harness_factory()
+
+
+@pytest.fixture(scope="session")
+def cdi_schema_errors() -> Callable[[Any], list[str]]:
+    if not (SCHEMA_DIR / "schema.json").is_file():
+        pytest.skip(f"CDI schema not found at {SCHEMA_DIR} (shared/ must sit beside the repo)")
+    return schema_validator(SCHEMA_DIR)

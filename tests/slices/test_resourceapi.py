@@ -1,0 +1,140 @@
+"""ResourceAPI against the embedded API server in every resource.k8s.io version, plus the
+error classification and retry helpers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+import urllib3
+from kubernetes.client import ApiClient, ApiException, Configuration
+from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
+
+from plugin.resourceapi import (
+    Backoff,
+    ErrorKind,
+    ResourceAPI,
+    call_with_retries,
+    classify,
+    retry_after_seconds,
+)
+from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+
+VERSIONS = [("v1",), ("v1beta2", "v1beta1"), ("v1beta1",)]
+Factory = Callable[..., EmbeddedAPIServer]
+
+
+@pytest.mark.parametrize("served", VERSIONS, ids=lambda v: v[0])
+def test_version_detection_and_claim_round_trip(embedded_apiserver_factory: Factory,
+                                                served: tuple[str, ...]) -> None:
+    server = embedded_apiserver_factory(served)
+    claim = server.create_claim("ns1", "claim-a", [
+        AllocatedDevice(DRIVER, NODE, "dev-0", request="gpu"),
+        AllocatedDevice("other.example.com", NODE, "nic-0", request="nic")])
+    api = ResourceAPI(server.api_client())
+    assert api.version == served[0]
+    got = api.get_claim("ns1", "claim-a")
+    assert got["apiVersion"] == "resource.k8s.io/v1"
+    assert got["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert got["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+    results = got["status"]["allocation"]["devices"]["results"]
+    assert [r["device"] for r in results] == ["dev-0", "nic-0"]
+
+    entry = {"driver": DRIVER, "pool": NODE, "device": "dev-0",
+             "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
+                             "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+             "networkData": {"interfaceName": "eth1", "ips": ["10.9.8.7/24"]}}
+    out = api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER)
+    assert out["status"]["devices"][0]["networkData"]["interfaceName"] == "eth1"
+    other = {"driver": "other.example.com", "pool": NODE, "device": "nic-0"}
+    api.apply_claim_status_devices("ns1", "claim-a", [other], "other.example.com")
+    stored = server.get_object("resourceclaims", "claim-a", "ns1")
+    assert stored is not None and len(stored["status"]["devices"]) == 2
+    assert {r.content_type.split(";")[0] for r in server.requests(verb="patch")} == {
+        "application/apply-patch+yaml"}
+
+    after = api.remove_claim_status_devices("ns1", "claim-a", DRIVER)
+    assert after is not None
+    assert [d["device"] for d in after["status"]["devices"]] == ["nic-0"]
+    assert api.remove_claim_status_devices("ns1", "no-such-claim", DRIVER) is None
+    with pytest.raises(ApiException) as err:
+        api.get_claim("ns1", "no-such-claim")
+    assert classify(err.value) is ErrorKind.NOT_FOUND
+
+
+def test_slice_watch_close_unblocks(embedded_apiserver_factory: Factory) -> None:
+    server = embedded_apiserver_factory(("v1beta1",))
+    api = ResourceAPI(server.api_client())
+    listed = api.list_slices(DRIVER, NODE)
+    watch = api.watch_slices(DRIVER, NODE, listed.resource_version, timeout_seconds=60)
+    events: list[str] = []
+
+    def consume() -> None:
+        for ev in watch:
+            events.append(f"{ev.type}:{ev.object['spec']['devices'][0]['name']}")
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    api.create_slice({"metadata": {"name": "s1"}, "spec": {
+        "driver": DRIVER, "nodeName": NODE, "pool": {"name": "p", "generation": 1,
+                                                     "resourceSliceCount": 1},
+        "devices": [{"name": "d0", "attributes": {"a": {"int": 1}}}]}})
+    wait_for(lambda: events == ["ADDED:d0"], what="watch event in the v1 shape")
+    watch.close()
+    t.join(10)
+    assert not t.is_alive()
+
+
+def test_classification() -> None:
+    assert classify(ApiException(status=429)) is ErrorKind.RETRYABLE
+    assert classify(ApiException(status=503)) is ErrorKind.RETRYABLE
+    assert classify(ApiException(status=409)) is ErrorKind.CONFLICT
+    assert classify(ApiException(status=410)) is ErrorKind.EXPIRED
+    assert classify(ApiException(status=422)) is ErrorKind.FATAL
+    assert classify(ApiException(status=403)) is ErrorKind.FATAL
+    assert classify(urllib3.exceptions.MaxRetryError(None, "/")) is ErrorKind.RETRYABLE
+    assert classify(ConnectionRefusedError()) is ErrorKind.RETRYABLE
+    assert classify(ValueError()) is ErrorKind.FATAL
+    exc = ApiException(status=429)
+    exc.headers = {"Retry-After": "7"}
+    assert retry_after_seconds(exc) == 7.0
+    assert retry_after_seconds(ApiException(status=500)) is None
+
+
+def test_backoff_grows_with_jitter_and_cap() -> None:
+    b = Backoff(initial=1, factor=2, max_delay=5, jitter=0.5)
+    assert [b.delay(n, rng=lambda: 0.5) for n in (1, 2, 3, 4)] == [1, 2, 4, 5]
+    assert b.delay(1, rng=lambda: 0.0) == 0.5 and b.delay(1, rng=lambda: 1.0) == 1.5
+
+
+def test_connection_errors_are_retried_and_bounded() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]          # closed again: nothing listens there
+    config = Configuration(host=f"http://127.0.0.1:{port}")
+    config.retries = False
+    api = ResourceAPI(ApiClient(config), request_timeout=2)
+    sleeps = SleepRecorder()
+    with pytest.raises(Exception) as err:
+        call_with_retries(lambda: api.list_slices(DRIVER, NODE), Backoff(attempts=3),
+                          sleep=sleeps)
+    assert classify(err.value) is ErrorKind.RETRYABLE
+    assert len(sleeps.calls) == 2
+
+
+def test_retry_after_is_capped() -> None:
+    calls = []
+
+    def fail_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            exc = ApiException(status=429)
+            exc.headers = {"Retry-After": "3600"}
+            raise exc
+        return "ok"
+
+    sleeps = SleepRecorder()
+    assert call_with_retries(fail_once, Backoff(max_retry_after=30), sleep=sleeps) == "ok"
+    assert sleeps.calls == [30]
