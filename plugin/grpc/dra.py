@@ -7,6 +7,13 @@ requested claim and no other key; a gRPC error fails every claim of the pod, so 
 turns into one: an exception in the node service or a malformed result becomes per-claim
 ``error`` strings. Duplicate UIDs in a request are answered once (the map has one key).
 ``Device.share_id`` exists only in v1 and is dropped for v1beta1.
+
+Size bounds (the kubelet receives at most 4 MiB per response, grpc-go default, fact sheet
+§4.6): a request with more than :data:`MAX_CLAIMS_PER_REQUEST` distinct claims is refused
+with a short per-claim error and nothing is prepared; error strings are cut to
+:data:`MAX_ERROR_BYTES`. With at most 32 allocation results per claim
+(AllocationResultsMaxSize) and the name limits of the API, the largest possible answer stays
+well below 4 MiB (tests/reliability/test_rel_limits.py computes it).
 """
 
 from __future__ import annotations
@@ -24,6 +31,25 @@ from plugin.types import NodeService, PrepareResult
 
 log = logging.getLogger(__name__)
 
+MAX_CLAIMS_PER_REQUEST = 64
+"""Most distinct claims one NodePrepareResources call may carry (the kubelet sends the claims
+of one pod; pods reference a handful). Larger requests get a per-claim error."""
+MAX_ERROR_BYTES = 2048
+"""Longest per-claim error string sent (UTF-8 bytes); longer ones are cut with ``…``."""
+
+
+def bounded_error(message: str, limit: int = MAX_ERROR_BYTES) -> str:
+    """``message`` cut to at most ``limit`` UTF-8 bytes (whole characters, ``…`` appended)."""
+    data = message.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return message
+    return data[: limit - 3].decode("utf-8", "ignore") + "\u2026"
+
+
+def _short(value: str, limit: int = 80) -> str:
+    """``repr`` of a request field, cut for log lines and error messages."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"...({len(value)} chars)"
+
 
 def claims_from_request(request_claims: Iterable[Any]) -> tuple[list[ClaimRef], dict[str, str]]:
     """Split a request's ``claims`` into valid, de-duplicated ClaimRefs and per-UID errors.
@@ -36,15 +62,15 @@ def claims_from_request(request_claims: Iterable[Any]) -> tuple[list[ClaimRef], 
     seen: set[str] = set()
     for c in request_claims:
         if c.uid in seen:
-            log.warning("claim %s/%s (uid %s) listed twice in one request", c.namespace,
-                        c.name, c.uid)
+            log.warning("claim %s/%s (uid %s) listed twice in one request", _short(c.namespace),
+                        _short(c.name), _short(c.uid))
             continue
         seen.add(c.uid)
         missing = [f for f in ("namespace", "name", "uid") if not getattr(c, f)]
         if missing:
             errors[c.uid] = (
-                f"claim {c.namespace}/{c.name} (uid {c.uid!r}): required field(s)"
-                f" {', '.join(missing)} empty in the request"
+                f"claim {_short(c.namespace)}/{_short(c.name)} (uid {_short(c.uid)}): required"
+                f" field(s) {', '.join(missing)} empty in the request"
             )
             continue
         claims.append(ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid))
@@ -80,16 +106,26 @@ class DraNodeServicer:
         started = time.monotonic()
         claims, errors = claims_from_request(request.claims)
         results: dict[str, PrepareResult] = {}
-        if claims:
+        if len(claims) + len(errors) > MAX_CLAIMS_PER_REQUEST:
+            log.error("%s NodePrepareResources: %d claims in one request, at most %d; refused",
+                      self.version, len(claims) + len(errors), MAX_CLAIMS_PER_REQUEST)
+            message = (f"too many claims in one NodePrepareResources request "
+                       f"({len(claims) + len(errors)}, at most {MAX_CLAIMS_PER_REQUEST})")
+            errors = {uid: message for uid in errors}
+            results = {c.uid: PrepareResult(error=message) for c in claims}
+            claims_to_prepare: list[ClaimRef] = []
+        else:
+            claims_to_prepare = claims
+        if claims_to_prepare:
             try:
-                results = dict(self._node.prepare_claims(claims))
+                results = dict(self._node.prepare_claims(claims_to_prepare))
             except Exception as exc:  # one failure must not fail the RPC
                 log.exception("%s NodePrepareResources: node service raised", self.version)
                 results = {c.uid: PrepareResult(error=_internal_error("prepare", exc))
-                           for c in claims}
+                           for c in claims_to_prepare}
         response = self._pb2.NodePrepareResourcesResponse()
         for uid, message in errors.items():
-            response.claims[uid].error = message
+            response.claims[uid].error = bounded_error(message)
         wanted = {c.uid for c in claims}
         for uid in set(results) - wanted:
             log.warning("%s NodePrepareResources: node service answered for unrequested claim"
@@ -105,8 +141,10 @@ class DraNodeServicer:
                 entry.Clear()
                 entry.error = _internal_error("prepare (converting the result)", exc)
             if entry.error:
+                entry.error = bounded_error(entry.error)
                 log.warning("NodePrepareResources: claim %s/%s (uid %s) failed: %s",
-                            claim.namespace, claim.name, claim.uid, entry.error)
+                            _short(claim.namespace), _short(claim.name), _short(claim.uid),
+                            entry.error)
         log.info("%s NodePrepareResources: %d claim(s) in %.3fs", self.version,
                  len(response.claims), time.monotonic() - started)
         return response
@@ -144,16 +182,17 @@ class DraNodeServicer:
                 results = {c.uid: _internal_error("unprepare", exc) for c in claims}
         response = self._pb2.NodeUnprepareResourcesResponse()
         for uid, message in errors.items():
-            response.claims[uid].error = message
+            response.claims[uid].error = bounded_error(message)
         for claim in claims:
             entry = response.claims[claim.uid]  # an empty entry means success
             if claim.uid not in results:
                 entry.error = "internal error: the node service returned no result for this claim"
             elif results[claim.uid]:
-                entry.error = str(results[claim.uid])
+                entry.error = bounded_error(str(results[claim.uid]))
             if entry.error:
                 log.warning("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
-                            claim.namespace, claim.name, claim.uid, entry.error)
+                            _short(claim.namespace), _short(claim.name), _short(claim.uid),
+                            entry.error)
         log.info("%s NodeUnprepareResources: %d claim(s) in %.3fs", self.version,
                  len(response.claims), time.monotonic() - started)
         return response

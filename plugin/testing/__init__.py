@@ -4,6 +4,14 @@ Both work over the real wire (unix-socket gRPC, HTTP + JSON), so vendors can tes
 drivers with them. pytest fixtures: :mod:`plugin.testing.pytest_plugin`.
 """
 
+from plugin.testing.apiserver import (
+    AllocatedDevice,
+    ApiError,
+    EmbeddedAPIServer,
+    FaultPlan,
+    RequestRecord,
+    apiserver_main,
+)
 from plugin.testing.fake_kubelet import (
     ClaimPrepareResult,
     DeviceHealthReport,
@@ -17,20 +25,25 @@ from plugin.testing.fake_kubelet import (
     choose_dra_version,
     fake_kubelet_main,
 )
-
-# --- embedded API server (plugin/testing/apiserver.py) -----------------------------------
-# Its author adds the import of its public names here and extends __all__ below.
+from plugin.testing.harness import DriverHarness
 
 __all__ = [
+    "AllocatedDevice",
+    "ApiError",
     "ClaimPrepareResult",
     "DeviceHealthReport",
+    "DriverHarness",
+    "EmbeddedAPIServer",
     "FakeKubelet",
+    "FaultPlan",
     "HealthWatch",
     "KubeletCallError",
     "KubeletCheckError",
     "PreparedDeviceResult",
     "RegisteredPlugin",
     "Rejection",
+    "RequestRecord",
+    "apiserver_main",
     "choose_dra_version",
     "fake_kubelet_main",
 ]

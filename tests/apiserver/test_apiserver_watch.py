@@ -146,3 +146,16 @@ def test_watch_ends_when_server_stops(embedded_apiserver_factory: Any) -> None:
     thread.join(timeout=10)
     api.close()
     assert done.is_set()
+
+
+def test_watch_list_ends_initial_events_with_bookmark(server: EmbeddedAPIServer) -> None:
+    server.create_object("resourceslices", make_slice("a"))
+    url = (server.url + "/apis/resource.k8s.io/v1/resourceslices?watch=1&timeoutSeconds=1"
+           "&sendInitialEvents=true&allowWatchBookmarks=true"
+           f"&resourceVersion={server.resource_version}&resourceVersionMatch=NotOlderThan")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        events = [json.loads(line) for line in response.read().decode().splitlines()]
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    marker = events[1]["object"]["metadata"]
+    assert marker["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert marker["resourceVersion"] == server.resource_version

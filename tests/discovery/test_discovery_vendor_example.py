@@ -3,11 +3,7 @@ dir, found through its ``drakit.discovery`` entry point, run over a synthetic sy
 
 from __future__ import annotations
 
-import importlib
-import shutil
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,40 +11,11 @@ import pytest
 from discovery import DiscoveryContext, Pool, SysfsBuilder, available_plugins, load_plugins
 
 Ctx = Callable[..., DiscoveryContext]
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drakit-example-vendor"
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """pip install --no-deps --no-build-isolation into a temp target (never the system
-    env); a copy of the source is built so the checkout gets no build/ or egg-info."""
-    tmp = tmp_path_factory.mktemp("vendor")
-    src = tmp / "src"
-    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    target = tmp / "site"
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-             "--no-index", "--disable-pip-version-check", "--quiet", "--target", str(target),
-             str(src)],
-            capture_output=True, text=True, timeout=180)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"pip cannot install the example package here: {e}")
-    if r.returncode != 0:
-        pytest.skip(f"pip cannot install the example package here: {r.stderr[-500:]}")
-    sys.path.insert(0, str(target))
-    importlib.invalidate_caches()
-    try:
-        yield target
-    finally:
-        sys.path.remove(str(target))
-        for mod in [m for m in sys.modules if m == "drakit_acme" or m.startswith("drakit_acme.")]:
-            del sys.modules[mod]
-
-
-def test_loads_by_entry_point_name(installed: Path, sysfs: SysfsBuilder, make_ctx: Ctx,
+def test_loads_by_entry_point_name(acme_installed: Path, sysfs: SysfsBuilder, make_ctx: Ctx,
                                    api_valid: Callable[[list[Pool]], None]) -> None:
-    assert (installed / "drakit_acme" / "plugin.py").exists()
+    assert (acme_installed / "drakit_acme" / "plugin.py").exists()
     assert available_plugins()["acme"] == "drakit_acme.plugin:AcmeDiscovery"
     sysfs.numa_node(0)
     sysfs.pci_device("0000:3b:00.0", vendor=0x1ACE, device=0x0001, pci_class=0x120000,

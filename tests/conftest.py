@@ -1,0 +1,43 @@
+"""Fixtures shared by several test folders."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+EXAMPLE_VENDOR = Path(__file__).resolve().parents[1] / "examples" / "drakit-example-vendor"
+
+
+@pytest.fixture(scope="session")
+def acme_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The external example package (examples/drakit-example-vendor) pip-installed into a
+    temp target on sys.path (never the system env; a copy of the source is built so the
+    checkout gets no build/ or egg-info). Skips when pip cannot install it here."""
+    tmp = tmp_path_factory.mktemp("vendor")
+    src = tmp / "src"
+    shutil.copytree(EXAMPLE_VENDOR, src, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    target = tmp / "site"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+             "--no-index", "--disable-pip-version-check", "--quiet", "--target", str(target),
+             str(src)],
+            capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"pip cannot install the example package here: {e}")
+    if r.returncode != 0:
+        pytest.skip(f"pip cannot install the example package here: {r.stderr[-500:]}")
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    try:
+        yield target
+    finally:
+        sys.path.remove(str(target))
+        for mod in [m for m in sys.modules if m == "drakit_acme" or m.startswith("drakit_acme.")]:
+            del sys.modules[mod]

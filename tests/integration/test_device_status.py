@@ -1,0 +1,111 @@
+"""AllocatedDeviceStatus end to end: server-side apply with this driver's field manager,
+other drivers' entries untouched, retries, real networkData of a real interface."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from plugin.testing.apiserver import AllocatedDevice, FaultPlan
+from plugin.testing.harness import DriverHarness
+
+
+def devices_of(h: DriverHarness, claim: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((h.claim(claim) or {}).get("status", {}).get("devices") or [])
+
+
+def test_other_drivers_entries_survive(harness: DriverHarness) -> None:
+    other = AllocatedDevice(driver="other.example.com", pool="p", device="nic", request="net")
+    mine = AllocatedDevice(driver=harness.driver_name, pool="node-1", device="gpu-0",
+                           request="gpu")
+    claim = harness.apiserver.create_claim("default", "mixed", [other, mine],
+                                           node_name=harness.node_name)
+    api = harness.app.resource_api
+    api.apply_claim_status_devices("default", "mixed", [{
+        "driver": "other.example.com", "pool": "p", "device": "nic",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Up", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    }], field_manager="other-driver")
+    uid = claim["metadata"]["uid"]
+    assert harness.prepare(claim)[uid].error == ""
+    harness.app.status.flush()
+    assert sorted(d["driver"] for d in devices_of(harness, claim)) == [
+        "drakit.example.com", "other.example.com"]
+    assert harness.unprepare(claim) == {uid: ""}
+    harness.app.status.flush()
+    assert [d["driver"] for d in devices_of(harness, claim)] == ["other.example.com"]
+
+
+def test_conflict_once_then_written(harness: DriverHarness) -> None:
+    claim = harness.allocate("c409", [("node-1", "gpu-0")])
+    harness.apiserver.set_faults(FaultPlan(conflict_rate=1.0, max_faults=1,
+                                           resources=frozenset({"resourceclaims/status"})))
+    assert harness.prepare(claim)[claim["metadata"]["uid"]].error == ""
+    assert harness.app.status.flush(timeout=15)
+    harness.apiserver.set_faults(None)
+    assert [d["device"] for d in devices_of(harness, claim)] == ["gpu-0"]
+    codes = [r.status_code for r in harness.apiserver.requests(resource="resourceclaims/status")]
+    assert codes[0] == 409 and codes[-1] == 200
+
+
+def test_missing_claim_at_unprepare_is_fine(harness: DriverHarness) -> None:
+    claim = harness.allocate("gone", [("node-1", "gpu-1")])
+    uid = claim["metadata"]["uid"]
+    assert harness.prepare(claim)[uid].error == ""
+    harness.app.status.flush()
+    harness.apiserver.delete_object("resourceclaims", "gone", "default")
+    assert harness.unprepare(claim) == {uid: ""}
+    assert harness.app.status.flush()
+    assert harness.app.status.failures == 0
+    assert harness.cdi_files() == []
+
+
+def _root_with_ip() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create a veth pair"
+    if shutil.which("ip") is None:
+        return "needs iproute2 (ip)"
+    return None
+
+
+@pytest.fixture
+def veth() -> Iterator[str]:
+    reason = _root_with_ip()
+    if reason:
+        pytest.skip(reason)
+    name = f"drs{uuid.uuid4().hex[:6]}"
+    peer = name + "p"
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", peer], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "198.51.100.7/24", "dev", name], check=True)
+        subprocess.run(["ip", "addr", "add", "2001:db8:5::7/64", "dev", name], check=True)
+        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=False)
+
+
+def test_network_data_of_a_real_interface(
+    harness_factory: Callable[..., DriverHarness], veth: str
+) -> None:
+    h = harness_factory(discovery=["net"], plugin_options={
+        "net": {"include": [veth], "includeVirtual": True}})
+    assert (h.node_name, veth) in h.devices()
+    claim = h.allocate("nic", [(h.node_name, veth)])
+    assert h.prepare(claim)[claim["metadata"]["uid"]].error == ""
+    h.app.status.flush()
+    (entry,) = devices_of(h, claim)
+    nd = entry["networkData"]
+    mac = open(f"/sys/class/net/{veth}/address").read().strip()
+    assert nd["interfaceName"] == veth and nd["hardwareAddress"] == mac
+    assert "198.51.100.7/24" in nd["ips"] and "2001:db8:5::7/64" in nd["ips"]
+    for ip in nd["ips"]:
+        iface = ipaddress.ip_interface(ip)
+        assert f"{iface.ip}/{iface.network.prefixlen}" == ip
