@@ -3,13 +3,27 @@ and a checksum, shared safely by two plugin instances during a rolling update.
 
 File shape (mode 0600)::
 
-    {"version": 1, "checksum": "<sha256 hex of the canonical claims JSON>",
-     "claims": {"<claim UID>": ClaimRecord, ...}}
+    {"version": 2, "checksum": "<sha256 hex of the canonical JSON of {claims, unprepared}>",
+     "claims": {"<claim UID>": ClaimRecord, ...},
+     "unprepared": {"<claim UID>": UnpreparedRecord, ...}}
 
-A claim goes through ``PrepareStarted`` (recorded before any driver hook runs, so a crash can
-be rolled back at start) and ``PrepareCompleted`` (recorded before the kubelet gets its
-answer). Unprepare works from the record alone. A corrupt or unreadable file is never reset:
-every operation raises :class:`CheckpointError` naming the problem until the file is fixed.
+Version 1 files (no ``unprepared``; checksum over ``claims`` alone) are read and rewritten as
+version 2 at the next change.
+
+A claim goes through ``PrepareStarted`` (recorded before any driver hook runs, with the
+instance that runs it as ``owner``, so a crash can be rolled back) and ``PrepareCompleted``
+(recorded before the kubelet gets its answer). Unprepare works from the record alone (it
+holds the allocation results and the opaque configs) and leaves an ``unprepared`` mark for a
+while, so a stale prepare retry can be told from a real one (see :mod:`plugin.node`).
+
+A corrupt or unreadable file is never reset: every operation raises :class:`CheckpointError`
+naming the problem until the file is fixed.
+
+Two instances (a DaemonSet rolling update) share the file: every change runs under an
+``flock`` of ``<path>.lock`` and re-reads the file first. Each instance also holds an
+``flock`` on its own owner file ``owners/<owner>.lock`` for its lifetime; the kernel drops it
+when the process dies, which is how one instance tells a crashed owner of a
+``PrepareStarted`` record from a live one.
 """
 
 from __future__ import annotations
@@ -19,8 +33,12 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -28,8 +46,16 @@ from pydantic import BaseModel, Field, ValidationError
 
 from cdi.atomic import atomic_write
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+#: Seconds an ``unprepared`` mark is kept (a stale prepare retry arrives within the
+#: kubelet's call deadline plus its retry backoff, minutes at most).
+UNPREPARED_TTL = 3600.0
+#: At most this many ``unprepared`` marks are kept (the newest win).
+UNPREPARED_MAX = 1024
 T = TypeVar("T")
+
+_OWNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class CheckpointError(Exception):
@@ -37,16 +63,19 @@ class CheckpointError(Exception):
 
 
 class PreparedDeviceRecord(BaseModel):
-    """One prepared device: its allocation result, owning plugin, CDI name and edits (so the
-    CDI spec can be re-written from the checkpoint alone), the plugin's state for unprepare
-    and the AllocatedDeviceStatus entry written for it."""
+    """One prepared device: its allocation result (request, pool, device, shareID,
+    adminAccess, consumedCapacity), owning plugin, the typed opaque config it was prepared
+    with, CDI name and edits (so the CDI spec can be re-written from the checkpoint alone),
+    the plugin's state for unprepare and the AllocatedDeviceStatus entry written for it."""
 
     request: str
     pool: str
     device: str
     share_id: str | None = None
     admin_access: bool = False
+    consumed_capacity: dict[str, str] = Field(default_factory=dict)
     plugin: str = ""
+    config: dict[str, Any] | None = None
     cdi_name: str = ""
     cdi_device_ids: list[str] = Field(default_factory=list)
     edits: dict[str, Any] = Field(default_factory=dict)
@@ -55,109 +84,158 @@ class PreparedDeviceRecord(BaseModel):
 
 
 class ClaimRecord(BaseModel):
-    """One claim in the checkpoint."""
+    """One claim in the checkpoint.
+
+    ``owner`` is the instance that recorded ``PrepareStarted`` (see :attr:`Checkpoint.owner`);
+    ``fingerprint`` identifies the allocation (:func:`plugin.node.allocation_fingerprint`);
+    ``configs`` are the claim's opaque configs for this driver
+    (``status.allocation.devices.config`` entries, class configs first).
+    """
 
     uid: str
     namespace: str
     name: str
     phase: Literal["PrepareStarted", "PrepareCompleted"] = "PrepareStarted"
+    owner: str | None = None
+    fingerprint: str | None = None
     devices: list[PreparedDeviceRecord] = Field(default_factory=list)
+    configs: list[dict[str, Any]] = Field(default_factory=list)
     prepared_at: float = 0.0
     missing_since: float | None = None
 
 
-def _checksum(claims: dict[str, Any]) -> str:
-    canonical = json.dumps(claims, sort_keys=True, separators=(",", ":")).encode()
+class UnpreparedRecord(BaseModel):
+    """A claim unprepared recently: its allocation fingerprint (None: unknown, the claim was
+    not prepared here) and when (seconds since the epoch)."""
+
+    fingerprint: str | None = None
+    at: float = 0.0
+
+
+@dataclass
+class CheckpointState:
+    """Everything in the file: prepared claims and recent ``unprepared`` marks, by claim UID."""
+
+    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+    unprepared: dict[str, UnpreparedRecord] = field(default_factory=dict)
+
+    def copy(self) -> CheckpointState:
+        return CheckpointState(
+            {k: v.model_copy(deep=True) for k, v in self.claims.items()},
+            {k: v.model_copy() for k, v in self.unprepared.items()},
+        )
+
+
+def _checksum(body: Any) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(canonical).hexdigest()
 
 
 class Checkpoint:
     """The prepared-claims checkpoint at ``path``; ``lock_path`` is the file locked (flock)
     around every change so two instances never interleave (default ``<path>.lock``).
+    ``owner`` names this instance (default: a random id); owner lock files live in
+    ``<path's dir>/owners/``.
 
-    Thread-safe. Reads come from memory; a change re-reads the file first if another
-    process replaced it, applies the change, and writes the whole file atomically.
+    Thread-safe. Every read and change re-reads the file's bytes and parses them again only
+    when they differ from the last ones seen, so another instance's change is never missed.
     """
 
-    def __init__(self, path: str | os.PathLike[str], lock_path: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        lock_path: str | None = None,
+        owner: str | None = None,
+    ) -> None:
         self.path = Path(path)
         self.lock_path = Path(lock_path) if lock_path else self.path.with_name(
             self.path.name + ".lock"
         )
+        self.owners_dir = self.path.parent / "owners"
+        if owner is not None and not _OWNER_RE.match(owner):
+            raise ValueError(f"checkpoint owner {owner!r}: must match {_OWNER_RE.pattern}")
+        self._owner = owner or uuid.uuid4().hex[:16]
+        self._owner_fd: int | None = None
         self._lock = threading.RLock()
-        self._claims: dict[str, ClaimRecord] = {}
-        self._stamp: tuple[int, int, int] | None = None
+        self._state = CheckpointState()
+        self._raw: bytes | None = None
         self.error: str | None = None
         self.writes = 0
 
     # -- reading -------------------------------------------------------------------------
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def _read(self) -> dict[str, ClaimRecord]:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError as e:
-            raise CheckpointError(f"checkpoint {self.path}: unreadable: {e}") from None
+    def _parse(self, raw: bytes) -> CheckpointState:
         try:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"checkpoint {self.path}: not valid JSON: {e}") from None
         if not isinstance(doc, dict):
             raise CheckpointError(f"checkpoint {self.path}: not a JSON object")
-        if doc.get("version") != FORMAT_VERSION:
+        version = doc.get("version")
+        if version not in READABLE_VERSIONS:
             raise CheckpointError(
                 f"checkpoint {self.path}: version: unsupported format version "
-                f"{doc.get('version')!r} (this plugin reads {FORMAT_VERSION})"
+                f"{version!r} (this plugin reads {list(READABLE_VERSIONS)})"
             )
         claims = doc.get("claims")
         if not isinstance(claims, dict):
             raise CheckpointError(f"checkpoint {self.path}: claims: not a JSON object")
-        if doc.get("checksum") != _checksum(claims):
+        unprepared = doc.get("unprepared", {}) if version >= 2 else {}
+        if not isinstance(unprepared, dict):
+            raise CheckpointError(f"checkpoint {self.path}: unprepared: not a JSON object")
+        body: Any = claims if version == 1 else {"claims": claims, "unprepared": unprepared}
+        if doc.get("checksum") != _checksum(body):
             raise CheckpointError(f"checkpoint {self.path}: checksum mismatch (file corrupt)")
         try:
-            return {uid: ClaimRecord.model_validate(rec) for uid, rec in claims.items()}
+            return CheckpointState(
+                {uid: ClaimRecord.model_validate(rec) for uid, rec in claims.items()},
+                {uid: UnpreparedRecord.model_validate(u) for uid, u in unprepared.items()},
+            )
         except ValidationError as e:
             raise CheckpointError(f"checkpoint {self.path}: claims: {e}") from None
 
     def _refresh(self) -> None:
-        stamp = self._file_stamp()
-        if stamp == self._stamp and self.error is None:
+        try:
+            raw: bytes | None = self.path.read_bytes()
+        except FileNotFoundError:
+            raw = None
+        except OSError as e:
+            self.error = f"checkpoint {self.path}: unreadable: {e}"
+            raise CheckpointError(self.error) from None
+        if raw == self._raw and self.error is None:
             return
         try:
-            self._claims = self._read()
+            state = self._parse(raw) if raw is not None else CheckpointState()
         except CheckpointError as e:
             self.error = str(e)
             raise
-        self.error = None
-        self._stamp = stamp
+        self._state, self._raw, self.error = state, raw, None
 
     def load(self) -> None:
         """Read the file (missing means empty). Raises CheckpointError and records it in
         ``error`` when the file is corrupt."""
         with self._lock, self._flock():
-            self._stamp = None
+            self._raw = None
             self._refresh()
 
     def get(self, uid: str) -> ClaimRecord | None:
         """The record of claim ``uid`` or None. Raises CheckpointError while corrupt."""
         with self._lock:
             self._refresh()
-            rec = self._claims.get(uid)
+            rec = self._state.claims.get(uid)
             return rec.model_copy(deep=True) if rec else None
 
     def claims(self) -> dict[str, ClaimRecord]:
-        """A copy of all records by claim UID."""
+        """A copy of all records by claim UID. Raises CheckpointError while corrupt."""
         with self._lock:
             self._refresh()
-            return {k: v.model_copy(deep=True) for k, v in self._claims.items()}
+            return {k: v.model_copy(deep=True) for k, v in self._state.claims.items()}
+
+    def state(self) -> CheckpointState:
+        """A copy of the whole content. Raises CheckpointError while corrupt."""
+        with self._lock:
+            self._refresh()
+            return self._state.copy()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -171,29 +249,124 @@ class Checkpoint:
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[CheckpointState]:
+        """Hold the file lock (no instance can change the checkpoint meanwhile) and yield a
+        copy of the current content. Raises CheckpointError while corrupt."""
+        with self._lock, self._flock():
+            self._refresh()
+            yield self._state.copy()
+
     def update(self, change: Callable[[dict[str, ClaimRecord]], T]) -> T:
         """Apply ``change`` to the claims map under the locks and write the file atomically.
 
         ``change`` mutates the dict in place and returns any value, which ``update`` returns.
         Nothing is written when ``change`` raises. Raises CheckpointError when the file is
-        corrupt or cannot be written (then memory is restored from the file).
+        corrupt or cannot be written (then memory still holds the file's content).
         """
+        return self.update_state(lambda s: change(s.claims))
+
+    def update_state(self, change: Callable[[CheckpointState], T]) -> T:
+        """Like :meth:`update`, with the whole :class:`CheckpointState` (claims and
+        ``unprepared`` marks). Marks older than :data:`UNPREPARED_TTL` are dropped."""
         with self._lock, self._flock():
             self._refresh()
-            work = {k: v.model_copy(deep=True) for k, v in self._claims.items()}
+            work = self._state.copy()
             result = change(work)
             self._write(work)
             return result
 
-    def _write(self, claims: dict[str, ClaimRecord]) -> None:
-        body = {uid: rec.model_dump(mode="json") for uid, rec in sorted(claims.items())}
-        doc = {"version": FORMAT_VERSION, "checksum": _checksum(body), "claims": body}
+    def _write(self, state: CheckpointState) -> None:
+        now = time.time()
+        marks = sorted(
+            ((uid, u) for uid, u in state.unprepared.items() if now - u.at < UNPREPARED_TTL),
+            key=lambda item: item[1].at,
+        )[-UNPREPARED_MAX:]
+        state.unprepared = dict(marks)
+        claims = {uid: rec.model_dump(mode="json") for uid, rec in sorted(state.claims.items())}
+        unprepared = {uid: u.model_dump(mode="json") for uid, u in sorted(state.unprepared.items())}
+        body = {"claims": claims, "unprepared": unprepared}
+        doc = {"version": FORMAT_VERSION, "checksum": _checksum(body), **body}
         data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             atomic_write(self.path, data, mode=0o600)
         except OSError as e:
             raise CheckpointError(f"checkpoint {self.path}: write failed: {e}") from None
-        self._claims = claims
-        self._stamp = self._file_stamp()
+        self._state, self._raw = state, data
         self.writes += 1
+
+    # -- owners --------------------------------------------------------------------------
+
+    def _owner_path(self, owner: str) -> Path:
+        if not _OWNER_RE.match(owner):
+            raise ValueError(f"checkpoint owner {owner!r}: not a valid owner name")
+        return self.owners_dir / f"{owner}.lock"
+
+    @property
+    def owner(self) -> str:
+        """This instance's owner id; the first access takes its owner lock (held until
+        :meth:`close` or process exit)."""
+        with self._lock:
+            if self._owner_fd is None:
+                self.owners_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                final = self._owner_path(self._owner)
+                # Locked under a hidden name first, so a probe never sees it unlocked.
+                tmp = final.with_name(f".{final.name}.{os.getpid()}")
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    if final.exists():
+                        raise OSError(f"{final} exists")
+                    os.rename(tmp, final)
+                except OSError:
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+                    raise CheckpointError(
+                        f"checkpoint owner {self._owner} is already held by another instance"
+                    ) from None
+                self._owner_fd = fd
+            return self._owner
+
+    def owner_alive(self, owner: str | None) -> bool:
+        """True when ``owner`` is this instance or another live one (its owner lock is
+        held). None, an unknown or a crashed owner is not alive."""
+        if owner is None:
+            return False
+        if owner == self._owner:
+            return self._owner_fd is not None
+        try:
+            fd = os.open(self._owner_path(owner), os.O_RDWR | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)  # closing drops the probe's lock
+        return False
+
+    def forget_dead_owners(self) -> list[str]:
+        """Remove owner lock files of instances that are gone; returns their ids."""
+        removed = []
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.owners_dir.iterdir():
+                name = path.name.removesuffix(".lock")
+                if path.suffix != ".lock" or not _OWNER_RE.match(name) or name == self._owner:
+                    continue
+                if not self.owner_alive(name):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                    removed.append(name)
+        return removed
+
+    def close(self) -> None:
+        """Release this instance's owner lock and remove its file."""
+        with self._lock:
+            if self._owner_fd is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self._owner_path(self._owner).unlink()
+                os.close(self._owner_fd)
+                self._owner_fd = None

@@ -69,7 +69,7 @@ SEMVER_MSG: Final = "must be a string compatible with semver.org spec 2.0.0"
 
 def nbytes(s: str) -> int:
     """Length in UTF-8 bytes (Go ``len(string)``)."""
-    return len(s.encode("utf-8"))
+    return len(s) if s.isascii() else len(s.encode("utf-8"))
 
 
 def is_dns_label(s: str) -> bool:
