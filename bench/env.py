@@ -64,7 +64,11 @@ def agent(
                       extra_args=list(extra_args))
     h.kubelet = FakeKubelet(h.registrar_dir, "1.34", poll_interval=KUBELET_POLL)
     try:
-        h.start(wait=wait)
+        try:
+            h.start(wait=wait)
+        except Exception as e:
+            raise RuntimeError(f"drakit run did not come up: {e}; log tail:\n"
+                               f"{log_tail(h.log_path)}") from e
         yield h
     finally:
         try:
@@ -72,6 +76,14 @@ def agent(
         finally:
             if not cfg.keep:
                 shutil.rmtree(root, ignore_errors=True)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file ("" when missing)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def rss_mb(pid: int) -> float:

@@ -102,6 +102,7 @@ class App:
             self.checkpoint,
             self.status,
             self.metrics,
+            on_checkpoint_error=lambda _msg: self.metrics.checkpoint_errors.inc(),
         )
         self.publisher = SlicePublisher(
             self.resource_api,
@@ -138,6 +139,13 @@ class App:
         self.orphans = OrphanSweeper(
             self.node, self.checkpoint, ClaimReader(self.resource_api), grace=s.orphan_grace_seconds
         )
+        self.metrics.registered.set_function(
+            lambda: 1.0 if self.server.registration_state.ready else 0.0
+        )
+        self.metrics.devices_published.set_function(
+            lambda: float(self.publisher.stats.devices_published)
+        )
+        self.metrics.claims_prepared.set_function(self._claims_prepared)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.http: Any = None
@@ -195,11 +203,18 @@ class App:
             t.join(timeout=5)
         if self.http is not None:
             self.http.stop()
+        self.checkpoint.close()
 
     def _spawn(self, name: str, target: Any) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _claims_prepared(self) -> float:
+        try:
+            return float(len(self.checkpoint.claims()))
+        except CheckpointError:
+            return 0.0
 
     # -- readiness -----------------------------------------------------------------------
 
@@ -220,11 +235,18 @@ class App:
 
     # -- events --------------------------------------------------------------------------
 
-    def _on_hotplug(self, subsystems: set[str]) -> None:
-        started = time.monotonic()
-        if self.inventory.refresh(subsystems):
+    def refresh_inventory(self, subsystems: set[str] | None = None) -> bool:
+        """Re-run discovery (all plugins, or those watching ``subsystems``) and republish
+        when the inventory changed; True when it did. The hot-plug path."""
+        changed = self.inventory.refresh(subsystems)
+        if changed:
             self.metrics.devices.set(self.inventory.device_count())
             self.publisher.publish(self.inventory.pools(), wait=False)
+        return changed
+
+    def _on_hotplug(self, subsystems: set[str]) -> None:
+        started = time.monotonic()
+        if self.refresh_inventory(subsystems):
             log.info(
                 "hot-plug in %s: inventory changed (%.0f ms)",
                 ",".join(sorted(subsystems)),

@@ -266,14 +266,22 @@ class Checkpoint:
         """
         return self.update_state(lambda s: change(s.claims))
 
-    def update_state(self, change: Callable[[CheckpointState], T]) -> T:
+    def update_state(
+        self,
+        change: Callable[[CheckpointState], T],
+        after: Callable[[T], None] | None = None,
+    ) -> T:
         """Like :meth:`update`, with the whole :class:`CheckpointState` (claims and
-        ``unprepared`` marks). Marks older than :data:`UNPREPARED_TTL` are dropped."""
+        ``unprepared`` marks). Marks older than :data:`UNPREPARED_TTL` are dropped.
+        ``after(result)`` runs once the file is written, still under the file lock (for
+        work other instances must see together with the change, e.g. removing CDI specs)."""
         with self._lock, self._flock():
             self._refresh()
             work = self._state.copy()
             result = change(work)
             self._write(work)
+            if after is not None:
+                after(result)
             return result
 
     def _write(self, state: CheckpointState) -> None:

@@ -64,28 +64,46 @@ class OpaqueConfig:
 
 
 def _name(claim: dict[str, Any]) -> str:
-    meta = claim.get("metadata") or {}
-    return f"ResourceClaim {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    meta = claim.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return f"ResourceClaim {_text(meta.get('namespace', '?'))}/{_text(meta.get('name', '?'))}"
+
+
+def _text(value: Any, limit: int = 64) -> str:
+    """A value from the API for an error message: strings as they are, anything else as
+    ``repr``; cut to ``limit`` characters (an API object may hold anything)."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
 
 
 def check_claim(claim: Any, ref: ClaimRef) -> dict[str, Any]:
     """Check that ``claim`` is the claim the kubelet asked for and is allocated.
 
-    Raises ClaimError for a UID mismatch (the claim was deleted and re-created) or a claim
-    without ``status.allocation``. Returns ``status.allocation``.
+    Raises ClaimError for a claim that is not a JSON object, whose ``metadata.namespace`` /
+    ``metadata.name`` differ from the request's, for a UID mismatch (the claim was deleted
+    and re-created) or a claim without ``status.allocation``. Returns
+    ``status.allocation``. Messages name the claim as the kubelet did.
     """
+    where = f"ResourceClaim {ref.namespace}/{ref.name}"
     if not isinstance(claim, dict):
-        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: not a JSON object")
-    uid = (claim.get("metadata") or {}).get("uid")
+        raise ClaimError(f"{where}: not a JSON object")
+    meta = claim.get("metadata")
+    if not isinstance(meta, dict):
+        raise ClaimError(f"{where}: metadata: Required value: must be a JSON object")
+    for key, want in (("namespace", ref.namespace), ("name", ref.name)):
+        if meta.get(key) != want:
+            raise ClaimError(f"{where}: metadata.{key} is {_text(meta.get(key))!r} in the "
+                             "answer of the API server: not the claim the kubelet asked for")
+    uid = meta.get("uid")
     if uid != ref.uid:
         raise ClaimError(
-            f"{_name(claim)}: metadata.uid is {uid!r}, the kubelet asked for {ref.uid!r}: "
+            f"{where}: metadata.uid is {_text(uid)!r}, the kubelet asked for {ref.uid!r}: "
             "the claim was replaced"
         )
     status = claim.get("status")
     allocation = status.get("allocation") if isinstance(status, dict) else None
     if not isinstance(allocation, dict):
-        raise ClaimError(f"{_name(claim)}: status.allocation: not allocated")
+        raise ClaimError(f"{where}: status.allocation: not allocated")
     return allocation
 
 
@@ -101,6 +119,7 @@ def allocated_devices(claim: dict[str, Any], driver: str) -> list[AllocatedDevic
     if not isinstance(results, list):
         raise ClaimError(f"{_name(claim)}: status.allocation.devices.results: not a list")
     out: list[AllocatedDevice] = []
+    seen: dict[tuple[str, str, str | None], int] = {}
     for i, r in enumerate(results):
         path = f"{_name(claim)}: status.allocation.devices.results[{i}]"
         if not isinstance(r, dict):
@@ -116,6 +135,14 @@ def allocated_devices(claim: dict[str, Any], driver: str) -> list[AllocatedDevic
         consumed = r.get("consumedCapacity") or {}
         if not isinstance(consumed, dict):
             raise ClaimError(f"{path}.consumedCapacity: must be a map")
+        key = (r["pool"], r["device"], share)
+        if key in seen:
+            raise ClaimError(
+                f"{path}: Duplicate value: device {_text(r['pool'])}/{_text(r['device'])}"
+                f"{' share ' + _text(share) if share else ''} is also "
+                f"status.allocation.devices.results[{seen[key]}]"
+            )
+        seen[key] = i
         out.append(
             AllocatedDevice(
                 index=i,

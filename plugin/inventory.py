@@ -3,7 +3,8 @@ and the health of every device for the dra-health stream.
 
 One plugin's failure never stops the others: when ``discover()`` raises, that plugin keeps
 its previous pools and the error is logged. Devices that disappear (hot-plug) are reported
-Unhealthy for ``removed_grace`` seconds before they leave the health list.
+Unhealthy for ``removed_grace`` seconds before they leave the health list, and for as long as
+a claim still holds them prepared (``set_in_use``); they leave the ResourceSlices at once.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from discovery.model import Device, DeviceHealth, Pool
 from discovery.plugin import DiscoveryPlugin
@@ -34,7 +35,13 @@ class Inventory:
         self._removed: dict[tuple[str, str], float] = {}
         self._health: dict[tuple[str, str], DeviceHealth] = {}
         self._health_version = 0
+        self._in_use: Callable[[], Iterable[tuple[str, str]]] | None = None
         self.errors: dict[str, str] = {}
+
+    def set_in_use(self, source: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        """``source()`` gives the (pool, device) pairs currently prepared for a claim; a
+        removed device among them stays in the health list as Unhealthy until released."""
+        self._in_use = source
 
     def plugin_named(self, name: str) -> DiscoveryPlugin | None:
         for p in self.plugins:
@@ -54,7 +61,9 @@ class Inventory:
             try:
                 pools = plugin.discover()
             except Exception as e:  # one plugin's failure never stops the node
-                log.exception("discovery plugin %s failed; keeping its previous devices", plugin.name)
+                log.exception(
+                    "discovery plugin %s failed; keeping its previous devices", plugin.name
+                )
                 self.errors[plugin.name] = f"{type(e).__name__}: {e}"
                 continue
             self.errors.pop(plugin.name, None)
@@ -98,7 +107,9 @@ class Inventory:
             for plugin in self.plugins:
                 for pool in self._pools.get(plugin.name, []):
                     if pool.name not in merged:
-                        merged[pool.name] = pool.model_copy(update={"devices": [], "counter_sets": []})
+                        merged[pool.name] = pool.model_copy(
+                            update={"devices": [], "counter_sets": []}
+                        )
                     target = merged[pool.name]
                     for d in pool.devices:
                         owner = self._owner.get((pool.name, d.name))
@@ -126,13 +137,21 @@ class Inventory:
                 health.update(plugin.health())
             except Exception:
                 log.exception("health check of plugin %s failed", plugin.name)
+        in_use: set[tuple[str, str]] = set()
+        if self._in_use is not None:
+            try:
+                in_use = set(self._in_use())
+            except Exception:
+                log.exception("reading the devices in use failed")
         with self._lock:
             now = time.monotonic()
             for key, since in list(self._removed.items()):
-                if now - since > self.removed_grace:
+                if now - since > self.removed_grace and key not in in_use:
                     del self._removed[key]
             for key in self._removed:
-                health[key] = DeviceHealth(state="Unhealthy", message="device removed from the node")
+                health[key] = DeviceHealth(
+                    state="Unhealthy", message="device removed from the node"
+                )
             snapshot = {k: v for k, v in health.items() if k in self._owner or k in self._removed}
             if snapshot != self._health or self._removed:
                 if snapshot != self._health:

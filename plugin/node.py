@@ -4,20 +4,54 @@ Per call from the kubelet (one pod, one driver, one or more claims):
 
 1. claims already completed in the checkpoint are answered from it (their CDI spec is
    re-written first if it went missing, e.g. /var/run/cdi is a tmpfs after a reboot);
-2. the others are fetched (GET ResourceClaim), checked (UID, allocation, results for our
-   driver, devices in our inventory, devices not busy, opaque configs valid), recorded as
-   ``PrepareStarted``, handed device by device to the owning discovery plugin, written as
-   ONE CDI spec per claim, recorded as ``PrepareCompleted`` (one checkpoint write for the
-   whole call), and finally their AllocatedDeviceStatus entries are written;
+2. the others are fetched (GET ResourceClaim) and checked (UID, allocation, results for our
+   driver, devices in our inventory, opaque configs valid); then, under the checkpoint's file
+   lock and in one write, each is checked against the other claims (device busy, another
+   live instance preparing it, a stale retry) and recorded as ``PrepareStarted`` with its
+   allocation results and opaque configs; each is handed device by device to the owning
+   discovery plugin (no lock held: different claims run in parallel), written as ONE CDI spec
+   per claim, recorded as ``PrepareCompleted`` (one checkpoint write for the whole call), and
+   finally its AllocatedDeviceStatus entries are queued;
 3. the answer lists, per device, its base request name, pool, device and CDI device IDs.
 
 An error for one claim is that claim's ``error`` string; it never fails the others. The same
-claim never runs twice at once: a second caller waits for the first and gets its answer.
+claim never runs twice at once in one process: a second caller waits for the first and gets
+its answer (single flight). Across two instances (rolling update) the checkpoint's
+``PrepareStarted`` owner decides.
+
+Rules (kubelet-wire-protocol fact sheet §2.3, §4.2; issue 3):
+
+- Device busy: a device still recorded for another claim (any phase, not adminAccess) is
+  refused with a retryable error unless the device allows multiple allocations or the new
+  result has adminAccess.
+- Stale prepare retry: unprepare leaves an ``unprepared`` mark (claim UID + allocation
+  fingerprint) in the checkpoint for an hour. A prepare of a marked UID whose allocation
+  matches the mark and whose claim is reserved for no one (``status.reservedFor`` empty) is
+  refused. A legitimate prepare always comes from a pod the claim is reserved for (the
+  kubelet only runs pods whose claims list them in ``reservedFor``; the resourceclaim
+  controller clears the entry only once the pod is gone), so it can never match; a
+  successful prepare clears the mark.
+- Unprepare order: driver hooks, then (under the file lock) the checkpoint entry is dropped
+  and the CDI spec removed right after the write. A crash in between leaves only an orphan
+  spec, which the start-up sweep removes, never an entry without its spec.
+- Crash recovery (:meth:`NodeLogic.recover`): ``PrepareStarted`` entries whose owner process
+  is gone are rolled back; completed entries missing their CDI spec get it re-written; CDI
+  specs of this driver that no entry owns are removed.
+
+Fault injection for crash tests: the environment variable ``DRAKIT_CRASH_POINT`` (read once,
+at construction) names points inside prepare where the process kills itself with SIGKILL:
+``after-driver-hook``, ``after-cdi-write``, ``after-checkpoint-write``, each optionally with
+``:probability`` (default 1), comma-separated. Unset, it costs nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
+import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +62,18 @@ from typing import Any, Protocol
 from cdi.spec import ContainerEdits
 from cdi.spec import Device as CDIDevice
 from discovery.plugin import ClaimRef, DeviceRequest, DiscoveryPlugin, UnprepareRequest, env_name
-from plugin.checkpoint import CheckpointError, ClaimRecord, PreparedDeviceRecord
+from plugin.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointState,
+    ClaimRecord,
+    PreparedDeviceRecord,
+    UnpreparedRecord,
+)
 from plugin.claims import (
     AllocatedDevice,
     ClaimError,
+    OpaqueConfig,
     RetryableClaimError,
     allocated_devices,
     check_claim,
@@ -43,6 +85,9 @@ from plugin.names import InvalidNameError, check_claim_uid, check_namespace, che
 from plugin.types import PreparedDeviceRef, PrepareResult
 
 log = logging.getLogger(__name__)
+
+CRASH_ENV = "DRAKIT_CRASH_POINT"
+CRASH_POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
 
 
 class ClaimSource(Protocol):
@@ -56,17 +101,12 @@ class SpecWriter(Protocol):
     def remove(self, claim_uid: str) -> bool: ...
     def exists(self, claim_uid: str) -> bool: ...
     def qualified_name(self, device_name: str) -> str: ...
+    def list_specs(self) -> list[str]: ...
 
 
 class StatusWriter(Protocol):
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None: ...
     def remove(self, claim: ClaimRef) -> None: ...
-
-
-class CheckpointLike(Protocol):
-    def get(self, uid: str) -> ClaimRecord | None: ...
-    def claims(self) -> dict[str, ClaimRecord]: ...
-    def update(self, change: Callable[[dict[str, ClaimRecord]], Any]) -> Any: ...
 
 
 class Observer(Protocol):
@@ -76,13 +116,54 @@ class Observer(Protocol):
     def claim_unprepared(self, ok: bool, seconds: float) -> None: ...
 
 
+def parse_crash_points(value: str | None) -> dict[str, float]:
+    """``"after-cdi-write:0.3,after-driver-hook"`` → {point: probability}. Raises ValueError
+    naming an unknown point or a probability outside [0, 1]."""
+    points: dict[str, float] = {}
+    for part in (value or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, prob = part.partition(":")
+        if name not in CRASH_POINTS:
+            raise ValueError(f"{CRASH_ENV}: unknown crash point {name!r} (known: {CRASH_POINTS})")
+        try:
+            p = float(prob) if prob else 1.0
+        except ValueError:
+            raise ValueError(f"{CRASH_ENV}: {part!r}: probability is not a number") from None
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{CRASH_ENV}: {part!r}: probability must be in [0, 1]")
+        points[name] = p
+    return points
+
+
+def allocation_fingerprint(allocs: list[AllocatedDevice], configs: list[OpaqueConfig]) -> str:
+    """A short hash of the allocation results and opaque configs of our driver: the same
+    allocation of a claim gives the same fingerprint."""
+    body = {
+        "results": [[a.request, a.pool, a.device, a.share_id, a.admin_access] for a in allocs],
+        "configs": [[c.source, list(c.requests), c.parameters] for c in configs],
+    }
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+@dataclass
+class _Item:
+    alloc: AllocatedDevice
+    plugin: DiscoveryPlugin
+    request: DeviceRequest
+    shareable: bool  # adminAccess or the device allows multiple allocations
+
+
 @dataclass
 class _Plan:
     ref: ClaimRef
     claim: dict[str, Any]
-    items: list[tuple[AllocatedDevice, DiscoveryPlugin, DeviceRequest]] = field(
-        default_factory=list
-    )
+    fingerprint: str = ""
+    reserved: bool = True
+    configs: list[dict[str, Any]] = field(default_factory=list)
+    items: list[_Item] = field(default_factory=list)
 
 
 def cdi_device_name(claim_uid: str, alloc: AllocatedDevice) -> str:
@@ -95,7 +176,12 @@ def cdi_device_name(claim_uid: str, alloc: AllocatedDevice) -> str:
 
 
 class NodeLogic:
-    """Implements :class:`plugin.types.NodeService` for one driver on one node."""
+    """Implements :class:`plugin.types.NodeService` for one driver on one node.
+
+    ``on_checkpoint_error(message)`` is called whenever an operation fails because the
+    checkpoint is unreadable or unwritable (metrics). ``crash_points`` overrides
+    ``$DRAKIT_CRASH_POINT`` (tests only; see the module docstring).
+    """
 
     def __init__(
         self,
@@ -103,9 +189,11 @@ class NodeLogic:
         inventory: Inventory,
         claims: ClaimSource,
         specs: SpecWriter,
-        checkpoint: CheckpointLike,
+        checkpoint: Checkpoint,
         status: StatusWriter | None = None,
         observer: Observer | None = None,
+        on_checkpoint_error: Callable[[str], None] | None = None,
+        crash_points: str | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.inventory = inventory
@@ -114,8 +202,49 @@ class NodeLogic:
         self.checkpoint = checkpoint
         self.status = status
         self.observer = observer
+        self.on_checkpoint_error = on_checkpoint_error
         self._inflight_lock = threading.Lock()
         self._inflight: dict[str, Future[Any]] = {}
+        self._waiters = 0
+        spec = crash_points if crash_points is not None else os.environ.get(CRASH_ENV)
+        self._crash_points = parse_crash_points(spec) or None
+        if self._crash_points:
+            log.warning("fault injection armed: %s=%s", CRASH_ENV, spec)
+        inventory.set_in_use(self.prepared_devices)
+
+    # -- observability -------------------------------------------------------------------
+
+    @property
+    def single_flight_waiters(self) -> int:
+        """Callers currently waiting for another caller's run of the same claim."""
+        with self._inflight_lock:
+            return self._waiters
+
+    def prepared_devices(self) -> set[tuple[str, str]]:
+        """(pool, device) of every device recorded in the checkpoint (empty while corrupt)."""
+        try:
+            return {(d.pool, d.device) for rec in self.checkpoint.claims().values()
+                    for d in rec.devices}
+        except CheckpointError:
+            return set()
+
+    def _crash(self, point: str) -> None:
+        p = self._crash_points.get(point) if self._crash_points else None
+        if p is not None and (p >= 1.0 or random.random() < p):
+            log.warning("fault injection: SIGKILL at %s", point)
+            for h in logging.getLogger().handlers:
+                h.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _checkpoint_failed(self, e: CheckpointError) -> str:
+        msg = str(e)
+        log.error("%s", msg)
+        if self.on_checkpoint_error is not None:
+            try:
+                self.on_checkpoint_error(msg)
+            except Exception:
+                log.exception("on_checkpoint_error hook failed")
+        return msg
 
     # -- single flight -------------------------------------------------------------------
 
@@ -140,6 +269,15 @@ class NodeLogic:
                 if fut is not None:
                     fut.set_result(results.get(ref.uid))
 
+    def _wait(self, fut: Future[Any]) -> Any:
+        with self._inflight_lock:
+            self._waiters += 1
+        try:
+            return fut.result()
+        finally:
+            with self._inflight_lock:
+                self._waiters -= 1
+
     # -- prepare -------------------------------------------------------------------------
 
     def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
@@ -153,21 +291,26 @@ class NodeLogic:
                 results[ref.uid] = PrepareResult(error=str(e))
                 continue
             refs.append(ref)
-        mine, waiting = self._claim_slots(refs)
         started = time.monotonic()
-        try:
-            results.update(self._prepare_owned(mine))
-        finally:
-            self._release(results, mine)
-        for uid, fut in waiting.items():
-            got = fut.result()
-            results[uid] = got if isinstance(got, PrepareResult) else PrepareResult(
-                error="concurrent prepare of this claim failed; retry"
-            )
-        if self.observer:
-            elapsed = time.monotonic() - started
-            for ref in mine:
-                self.observer.claim_prepared(not results[ref.uid].error, elapsed)
+        while refs:
+            mine, waiting = self._claim_slots(refs)
+            try:
+                results.update(self._prepare_owned(mine))
+            finally:
+                self._release(results, mine)
+            if self.observer:
+                elapsed = time.monotonic() - started
+                for ref in mine:
+                    self.observer.claim_prepared(not results[ref.uid].error, elapsed)
+            refs = []
+            for uid, fut in waiting.items():
+                got = self._wait(fut)
+                if isinstance(got, PrepareResult):
+                    results[uid] = got  # the first caller's answer
+                else:
+                    # The running call was an unprepare (or failed): prepare after it.
+                    refs.extend(r for r in claims if r.uid == uid and r.uid not in results)
+            refs = _dedupe(refs)
         return results
 
     def _prepare_owned(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
@@ -177,7 +320,7 @@ class NodeLogic:
             try:
                 rec = self.checkpoint.get(ref.uid)
             except CheckpointError as e:
-                results[ref.uid] = PrepareResult(error=str(e))
+                results[ref.uid] = PrepareResult(error=self._checkpoint_failed(e))
                 continue
             if rec is not None and rec.phase == "PrepareCompleted":
                 results[ref.uid] = self._answer_from_record(rec)
@@ -191,7 +334,8 @@ class NodeLogic:
                 results[ref.uid] = PrepareResult(error=str(e))
                 log.warning("prepare failed: %s", e, extra=_ctx(ref))
             except Exception as e:
-                results[ref.uid] = PrepareResult(error=f"{type(e).__name__}: {e}")
+                results[ref.uid] = PrepareResult(
+                    error=f"ResourceClaim {ref.namespace}/{ref.name}: {type(e).__name__}: {e}")
                 log.exception("prepare failed", extra=_ctx(ref))
         if plans:
             results.update(self._run_plans(plans))
@@ -218,22 +362,23 @@ class NodeLogic:
         check_claim(claim, ref)
         allocs = allocated_devices(claim, self.driver_name)
         configs = opaque_configs(claim, self.driver_name)
-        busy = self._busy_devices(ref.uid)
-        plan = _Plan(ref, claim)
+        status = claim.get("status") or {}
+        plan = _Plan(
+            ref, claim, fingerprint=allocation_fingerprint(allocs, configs),
+            reserved=bool(status.get("reservedFor")),
+            configs=[{"source": c.source, "requests": list(c.requests),
+                      "opaque": {"driver": self.driver_name, "parameters": c.parameters}}
+                     for c in configs],
+        )
         for alloc in allocs:
-            where = f"ResourceClaim {ref.namespace}/{ref.name}: status.allocation.devices.results[{alloc.index}]"
+            where = (f"ResourceClaim {ref.namespace}/{ref.name}: "
+                     f"status.allocation.devices.results[{alloc.index}]")
             found = self.inventory.lookup(alloc.pool, alloc.device)
             if found is None:
                 raise ClaimError(
                     f"{where}: device {alloc.pool}/{alloc.device} is not in this node's inventory"
                 )
             plugin, device = found
-            other = busy.get((alloc.pool, alloc.device))
-            if other and not (alloc.admin_access or device.allow_multiple_allocations):
-                raise RetryableClaimError(
-                    f"{where}: device {alloc.pool}/{alloc.device} is still prepared for claim "
-                    f"{other}; retry after it is unprepared"
-                )
             config = typed_config(
                 claim, configs, alloc.request, plugin.config_model,
                 plugin.config_api_version, plugin.config_kind,
@@ -243,44 +388,91 @@ class NodeLogic:
                 share_id=alloc.share_id, admin_access=alloc.admin_access, config=config,
                 consumed_capacity=alloc.consumed_capacity,
             )
-            plan.items.append((alloc, plugin, request))
+            shareable = alloc.admin_access or bool(device.allow_multiple_allocations)
+            plan.items.append(_Item(alloc, plugin, request, shareable))
         return plan
 
-    def _busy_devices(self, uid: str) -> dict[tuple[str, str], str]:
+    def _admit(self, plans: list[_Plan], state: CheckpointState, owner: str,
+               admitted: list[_Plan], refused: dict[str, PrepareResult],
+               completed: dict[str, ClaimRecord]) -> None:
+        """Under the checkpoint lock: decide per plan and record ``PrepareStarted``."""
         busy: dict[tuple[str, str], str] = {}
-        for other_uid, rec in self.checkpoint.claims().items():
-            if other_uid == uid:
-                continue
+        for uid, rec in state.claims.items():
             for d in rec.devices:
                 if not d.admin_access:
-                    busy[(d.pool, d.device)] = other_uid
-        return busy
+                    busy.setdefault((d.pool, d.device), uid)
+        now = time.time()
+        for p in plans:
+            uid = p.ref.uid
+            name = f"ResourceClaim {p.ref.namespace}/{p.ref.name}"
+            existing = state.claims.get(uid)
+            if existing is not None and existing.phase == "PrepareCompleted":
+                completed[uid] = existing
+                continue
+            if (existing is not None and existing.owner != owner
+                    and self.checkpoint.owner_alive(existing.owner)):
+                refused[uid] = PrepareResult(error=(
+                    f"{name}: being prepared by another instance of this plugin "
+                    f"({existing.owner}); retry"))
+                continue
+            mark = state.unprepared.get(uid)
+            if (mark is not None and not p.reserved
+                    and mark.fingerprint in (None, p.fingerprint)):
+                refused[uid] = PrepareResult(error=(
+                    f"{name}: stale prepare: this allocation was unprepared at "
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(mark.at))} and "
+                    "status.reservedFor is empty; not preparing it again"))
+                continue
+            conflict = None
+            for it in p.items:
+                other = busy.get((it.alloc.pool, it.alloc.device))
+                if other is not None and other != uid and not it.shareable:
+                    conflict = (it, other)
+                    break
+            if conflict is not None:
+                it, other = conflict
+                refused[uid] = PrepareResult(error=(
+                    f"{name}: status.allocation.devices.results[{it.alloc.index}]: device "
+                    f"{it.alloc.pool}/{it.alloc.device} is still prepared for claim {other}; "
+                    "retry after it is unprepared"))
+                continue
+            state.claims[uid] = ClaimRecord(
+                uid=uid, namespace=p.ref.namespace, name=p.ref.name, phase="PrepareStarted",
+                owner=owner, fingerprint=p.fingerprint, prepared_at=now, configs=p.configs,
+                devices=[_record(it, uid) for it in p.items],
+            )
+            state.unprepared.pop(uid, None)
+            for it in p.items:
+                if not it.alloc.admin_access:
+                    busy.setdefault((it.alloc.pool, it.alloc.device), uid)
+            admitted.append(p)
 
     def _run_plans(self, plans: list[_Plan]) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
-        now = time.time()
-
-        def record_started(claims: dict[str, ClaimRecord]) -> None:
-            for p in plans:
-                claims[p.ref.uid] = ClaimRecord(
-                    uid=p.ref.uid, namespace=p.ref.namespace, name=p.ref.name,
-                    phase="PrepareStarted", prepared_at=now,
-                    devices=[_record(a, pl.name, p.ref.uid) for a, pl, _ in p.items],
-                )
-
+        admitted: list[_Plan] = []
+        completed: dict[str, ClaimRecord] = {}
         try:
-            self.checkpoint.update(record_started)
+            owner = self.checkpoint.owner
+            self.checkpoint.update_state(
+                lambda s: self._admit(plans, s, owner, admitted, results, completed))
         except CheckpointError as e:
-            return {p.ref.uid: PrepareResult(error=str(e)) for p in plans}
+            msg = self._checkpoint_failed(e)
+            return {p.ref.uid: PrepareResult(error=msg) for p in plans}
+        for uid, rec in completed.items():
+            results[uid] = self._answer_from_record(rec)
+        for uid, res in results.items():
+            if res.error:
+                log.warning("prepare refused: %s", res.error, extra={"claim_uid": uid})
 
         done: dict[str, ClaimRecord] = {}
         failed: list[_Plan] = []
-        for p in plans:
+        for p in admitted:
             try:
-                done[p.ref.uid] = self._prepare_devices(p)
+                done[p.ref.uid] = self._prepare_devices(p, owner)
             except Exception as e:
                 failed.append(p)
-                msg = str(e) if isinstance(e, ClaimError) else f"{type(e).__name__}: {e}"
+                msg = str(e) if isinstance(e, ClaimError) else (
+                    f"ResourceClaim {p.ref.namespace}/{p.ref.name}: {type(e).__name__}: {e}")
                 results[p.ref.uid] = PrepareResult(error=msg)
                 log.warning("prepare failed: %s", msg, extra=_ctx(p.ref))
 
@@ -288,75 +480,89 @@ class NodeLogic:
             for uid, rec in done.items():
                 claims[uid] = rec
             for p in failed:
-                claims.pop(p.ref.uid, None)
+                cur = claims.get(p.ref.uid)
+                if cur is not None and cur.owner == owner and cur.phase == "PrepareStarted":
+                    del claims[p.ref.uid]
 
+        if not admitted:
+            return results
         try:
             self.checkpoint.update(record_completed)
         except CheckpointError as e:
             # Not recorded as completed: roll every claim of this call back.
-            for p in plans:
+            msg = self._checkpoint_failed(e)
+            for p in admitted:
                 if p.ref.uid in done:
-                    self._rollback(p, done[p.ref.uid].devices)
-                results[p.ref.uid] = PrepareResult(error=str(e))
+                    self._rollback(p.ref, done[p.ref.uid].devices)
+                results[p.ref.uid] = PrepareResult(error=msg)
             return results
+        self._crash("after-checkpoint-write")
 
-        for p in plans:
-            rec = done.get(p.ref.uid)
-            if rec is None:
+        for p in admitted:
+            got = done.get(p.ref.uid)
+            if got is None:
                 continue
+            rec = got
             if self.status is not None:
                 try:
                     self.status.write(p.ref, rec)
                 except Exception:
                     log.exception("writing AllocatedDeviceStatus failed", extra=_ctx(p.ref))
             results[p.ref.uid] = PrepareResult(devices=_refs(rec))
-            log.info(
-                "prepared claim with %d device(s)", len(rec.devices), extra=_ctx(p.ref)
-            )
+            log.info("prepared claim with %d device(s)", len(rec.devices), extra=_ctx(p.ref))
         return results
 
-    def _prepare_devices(self, plan: _Plan) -> ClaimRecord:
+    def _prepare_devices(self, plan: _Plan, owner: str) -> ClaimRecord:
         prepared: list[PreparedDeviceRecord] = []
         cdi_devices: list[CDIDevice] = []
         try:
-            for alloc, plugin, request in plan.items:
-                out = plugin.prepare(request)
-                rec = _record(alloc, plugin.name, plan.ref.uid)
+            for it in plan.items:
+                out = it.plugin.prepare(it.request)
+                rec = _record(it, plan.ref.uid)
+                prepared.append(rec)
+                self._crash("after-driver-hook")
                 edits = out.edits
                 if edits.is_empty():
-                    edits = ContainerEdits(
-                        env=[f"DRAKIT_DEVICE_{env_name(alloc.device)}={alloc.pool}/{alloc.device}"]
-                    )
+                    edits = ContainerEdits(env=[
+                        f"DRAKIT_DEVICE_{env_name(it.alloc.device)}={it.alloc.pool}/{it.alloc.device}"
+                    ])
                 rec.edits = edits.to_json_dict()
                 rec.state = out.state
                 rec.status = out.status.model_dump(mode="json") if out.status else None
-                prepared.append(rec)
                 cdi_devices.append(CDIDevice(name=rec.cdi_name, container_edits=edits))
             ids = self.specs.write(plan.ref.uid, cdi_devices)
+            self._crash("after-cdi-write")
             by_name = {i.rsplit("=", 1)[-1]: i for i in ids}
             for rec in prepared:
-                rec.cdi_device_ids = [by_name.get(rec.cdi_name, self.specs.qualified_name(rec.cdi_name))]
+                rec.cdi_device_ids = [
+                    by_name.get(rec.cdi_name, self.specs.qualified_name(rec.cdi_name))]
         except Exception:
-            self._rollback(plan, prepared)
+            self._rollback(plan.ref, prepared)
             raise
         return ClaimRecord(
             uid=plan.ref.uid, namespace=plan.ref.namespace, name=plan.ref.name,
-            phase="PrepareCompleted", devices=prepared, prepared_at=time.time(),
+            phase="PrepareCompleted", owner=owner, fingerprint=plan.fingerprint,
+            configs=plan.configs, devices=prepared, prepared_at=time.time(),
         )
 
-    def _rollback(self, plan: _Plan, prepared: list[PreparedDeviceRecord]) -> None:
+    def _rollback(self, ref: ClaimRef, prepared: list[PreparedDeviceRecord]) -> None:
         for rec in prepared:
-            self._unprepare_device(plan.ref, rec)
+            try:
+                self._unprepare_device(ref, rec)
+            except Exception:
+                log.exception("unprepare hook during rollback failed", extra=_ctx(ref))
         try:
-            self.specs.remove(plan.ref.uid)
+            self.specs.remove(ref.uid)
         except Exception:
-            log.exception("removing CDI spec during rollback failed", extra=_ctx(plan.ref))
+            log.exception("removing CDI spec during rollback failed", extra=_ctx(ref))
 
     # -- unprepare -----------------------------------------------------------------------
 
-    def unprepare_claims(self, claims: list[ClaimRef]) -> dict[str, str]:
+    def unprepare_claims(self, claims: list[ClaimRef],
+                         write_status: bool = True) -> dict[str, str]:
         """NodeUnprepareResources from the checkpoint alone: claim UID → error ("" = ok).
-        Unknown claims are success."""
+        Unknown claims are success. ``write_status=False`` leaves the claim's
+        AllocatedDeviceStatus alone (the orphan sweep: the claim is gone or replaced)."""
         results: dict[str, str] = {}
         refs: list[ClaimRef] = []
         for ref in _dedupe(claims):
@@ -366,58 +572,106 @@ class NodeLogic:
                 results[ref.uid] = str(e)
                 continue
             refs.append(ref)
-        mine, waiting = self._claim_slots(refs)
         started = time.monotonic()
-        try:
-            results.update(self._unprepare_owned(mine))
-        finally:
-            self._release(results, mine)
-        for uid, fut in waiting.items():
-            # A prepare or unprepare of this claim was running; run ours after it.
-            fut.result()
-            results[uid] = self.unprepare_claims([r for r in refs if r.uid == uid])[uid]
-        if self.observer:
-            elapsed = time.monotonic() - started
-            for ref in mine:
-                self.observer.claim_unprepared(not results[ref.uid], elapsed)
+        while refs:
+            mine, waiting = self._claim_slots(refs)
+            try:
+                results.update(self._unprepare_owned(mine, write_status))
+            finally:
+                self._release(results, mine)
+            if self.observer:
+                elapsed = time.monotonic() - started
+                for ref in mine:
+                    self.observer.claim_unprepared(not results[ref.uid], elapsed)
+            # A prepare or unprepare of these claims was running: run ours after it.
+            for fut in waiting.values():
+                self._wait(fut)
+            refs = [r for r in refs if r.uid in waiting]
         return results
 
-    def _unprepare_owned(self, refs: list[ClaimRef]) -> dict[str, str]:
+    def _unprepare_owned(self, refs: list[ClaimRef], write_status: bool) -> dict[str, str]:
         results: dict[str, str] = {}
-        drop: list[str] = []
+        drop: dict[str, ClaimRecord] = {}
+        unknown: list[str] = []
+        try:
+            owner = self.checkpoint.owner
+        except CheckpointError as e:
+            return {r.uid: self._checkpoint_failed(e) for r in refs}
         for ref in refs:
             try:
                 rec = self.checkpoint.get(ref.uid)
             except CheckpointError as e:
-                results[ref.uid] = str(e)
+                results[ref.uid] = self._checkpoint_failed(e)
                 continue
             if rec is None:
+                unknown.append(ref.uid)
                 results[ref.uid] = ""
                 continue
+            if (rec.phase == "PrepareStarted" and rec.owner != owner
+                    and self.checkpoint.owner_alive(rec.owner)):
+                results[ref.uid] = (f"claim {ref.uid}: being prepared by another instance of "
+                                    f"this plugin ({rec.owner}); retry")
+                continue
             try:
-                self.unprepare_record(rec, write_status=True)
-                drop.append(ref.uid)
-                results[ref.uid] = ""
+                self._run_unprepare_hooks(rec)
             except Exception as e:
                 results[ref.uid] = f"{type(e).__name__}: {e}"
                 log.exception("unprepare failed", extra=_ctx(ref))
-        if drop:
+                continue
+            drop[ref.uid] = rec
+            results[ref.uid] = ""
+        if drop or unknown:
             try:
-                self.checkpoint.update(lambda c: [c.pop(uid, None) for uid in drop])
+                self._drop(drop, unknown)
             except CheckpointError as e:
+                msg = self._checkpoint_failed(e)
                 for uid in drop:
-                    results[uid] = str(e)
-        for uid in drop:
+                    results[uid] = msg
+                return results
+        for uid, rec in drop.items():
+            if write_status and self.status is not None and rec.phase == "PrepareCompleted":
+                ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=uid)
+                try:
+                    self.status.remove(ref)
+                except Exception:
+                    log.exception("removing AllocatedDeviceStatus failed", extra=_ctx(ref))
             log.info("unprepared claim", extra={"claim_uid": uid})
         return results
 
-    def unprepare_record(self, rec: ClaimRecord, write_status: bool) -> None:
-        """Undo a checkpointed claim locally: driver hooks, CDI spec, status entries.
-        Raises when the CDI spec cannot be removed (the checkpoint entry must then stay)."""
+    def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str]) -> None:
+        """One checkpoint write: remove the entries of ``drop`` and mark them (and the
+        ``unknown`` UIDs) unprepared; then, still under the file lock, remove their CDI
+        specs."""
+        now = time.time()
+
+        def change(state: CheckpointState) -> None:
+            for uid, rec in drop.items():
+                state.claims.pop(uid, None)
+                state.unprepared[uid] = UnpreparedRecord(fingerprint=rec.fingerprint, at=now)
+            for uid in unknown:
+                if uid not in state.claims and uid not in state.unprepared:
+                    state.unprepared[uid] = UnpreparedRecord(fingerprint=None, at=now)
+
+        def remove_specs(_: None) -> None:
+            for uid in drop:
+                try:
+                    self.specs.remove(uid)
+                except Exception:
+                    log.exception("removing CDI spec failed; the orphan sweep retries",
+                                  extra={"claim_uid": uid})
+
+        self.checkpoint.update_state(change, after=remove_specs)
+
+    def _run_unprepare_hooks(self, rec: ClaimRecord) -> None:
         ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=rec.uid)
         for d in rec.devices:
             self._unprepare_device(ref, d)
-        self.specs.remove(rec.uid)
+
+    def unprepare_record(self, rec: ClaimRecord, write_status: bool) -> None:
+        """Undo a checkpointed claim locally (driver hooks, CDI spec, status entries)
+        without touching the checkpoint. Hook errors are logged, not raised."""
+        ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=rec.uid)
+        self._rollback(ref, rec.devices)
         if write_status and self.status is not None and rec.phase == "PrepareCompleted":
             try:
                 self.status.remove(ref)
@@ -425,6 +679,7 @@ class NodeLogic:
                 log.exception("removing AllocatedDeviceStatus failed", extra=_ctx(ref))
 
     def _unprepare_device(self, ref: ClaimRef, d: PreparedDeviceRecord) -> None:
+        """Call the owning plugin's unprepare hook; raises what the hook raises."""
         plugin = self.inventory.plugin_named(d.plugin)
         if plugin is None:
             log.warning("plugin %s of device %s/%s is not loaded; skipping its unprepare hook",
@@ -435,33 +690,73 @@ class NodeLogic:
                 claim=ref, request=d.request, pool=d.pool, device=d.device,
                 share_id=d.share_id, state=d.state,
             ))
-        except Exception:
-            log.exception("unprepare hook of %s failed for %s/%s", d.plugin, d.pool, d.device,
-                          extra=_ctx(ref))
+        except Exception as e:
+            raise RuntimeError(
+                f"unprepare hook of plugin {d.plugin} failed for device {d.pool}/{d.device}: "
+                f"{type(e).__name__}: {e}") from e
 
-    # -- start-up recovery ---------------------------------------------------------------
+    # -- start-up recovery and sweeps ------------------------------------------------------
 
-    def recover(self, spec_claim_uids: list[str]) -> tuple[int, int]:
-        """Roll back claims left ``PrepareStarted`` by a crash and remove CDI specs of this
-        driver that no completed claim owns. Returns (claims rolled back, specs removed)."""
-        claims = self.checkpoint.claims()
-        rolled: list[str] = []
-        for uid, rec in claims.items():
-            if rec.phase == "PrepareStarted":
-                self.unprepare_record(rec, write_status=False)
-                rolled.append(uid)
-        if rolled:
-            self.checkpoint.update(lambda c: [c.pop(uid, None) for uid in rolled])
-        removed = 0
-        for uid in spec_claim_uids:
-            rec = claims.get(uid)
-            if rec is None or rec.phase != "PrepareCompleted":
-                if self.specs.remove(uid):
-                    removed += 1
-        if rolled or removed:
-            log.warning("recovery: rolled back %d half-prepared claim(s), removed %d orphan "
-                        "CDI spec(s)", len(rolled), removed)
-        return len(rolled), removed
+    def recover(self, spec_claim_uids: list[str] | None = None) -> tuple[int, int]:
+        """Start-up recovery. Rolls back ``PrepareStarted`` claims whose owner process is
+        gone (driver hooks, CDI spec, entry), re-writes missing CDI specs of completed
+        claims, and removes CDI specs of this driver that no entry owns (the spec list is
+        taken under the checkpoint lock; ``spec_claim_uids`` is ignored and kept for
+        callers of the old signature). Returns (claims rolled back, specs removed).
+        Raises CheckpointError while the checkpoint is corrupt."""
+        owner = self.checkpoint.owner
+        adopted: list[ClaimRecord] = []
+
+        def adopt(claims: dict[str, ClaimRecord]) -> None:
+            for rec in claims.values():
+                if rec.phase == "PrepareStarted" and not self.checkpoint.owner_alive(rec.owner):
+                    rec.owner = owner
+                    adopted.append(rec.model_copy(deep=True))
+
+        if any(r.phase == "PrepareStarted" for r in self.checkpoint.claims().values()):
+            self.checkpoint.update(adopt)
+        for rec in adopted:
+            self.unprepare_record(rec, write_status=False)
+        if adopted:
+            uids = {r.uid for r in adopted}
+
+            def drop(claims: dict[str, ClaimRecord]) -> None:
+                for uid in uids:
+                    cur = claims.get(uid)
+                    if cur is not None and cur.owner == owner and cur.phase == "PrepareStarted":
+                        del claims[uid]
+
+            self.checkpoint.update(drop)
+        self.checkpoint.forget_dead_owners()
+        rewritten = 0
+        for rec in self.checkpoint.claims().values():
+            if (
+                rec.phase == "PrepareCompleted"
+                and not self.specs.exists(rec.uid)
+                and not self._answer_from_record(rec).error
+            ):
+                rewritten += 1
+        removed = self.sweep_orphan_specs()
+        if adopted or removed or rewritten:
+            log.warning("recovery: rolled back %d half-prepared claim(s), re-wrote %d missing "
+                        "CDI spec(s), removed %d orphan CDI spec(s)",
+                        len(adopted), rewritten, len(removed))
+        return len(adopted), len(removed)
+
+    def sweep_orphan_specs(self) -> list[str]:
+        """Remove this driver's CDI specs that no checkpoint entry (of any phase) owns;
+        runs under the checkpoint lock, so a prepare in another instance (which records its
+        claim before writing the spec) is never hit. Returns the removed claim UIDs."""
+        removed: list[str] = []
+        with self.checkpoint.locked() as state:
+            for uid in self.specs.list_specs():
+                if uid not in state.claims:
+                    try:
+                        if self.specs.remove(uid):
+                            removed.append(uid)
+                    except Exception:
+                        log.exception("removing orphan CDI spec failed", extra={"claim_uid": uid})
+        return removed
 
 
 def _dedupe(claims: list[ClaimRef]) -> list[ClaimRef]:
@@ -477,11 +772,14 @@ def _check_ref(ref: ClaimRef) -> None:
     check_object_name(ref.name)
 
 
-def _record(alloc: AllocatedDevice, plugin: str, claim_uid: str) -> PreparedDeviceRecord:
+def _record(it: _Item, claim_uid: str) -> PreparedDeviceRecord:
+    a = it.alloc
+    cfg = it.request.config
     return PreparedDeviceRecord(
-        request=alloc.request, pool=alloc.pool, device=alloc.device, share_id=alloc.share_id,
-        admin_access=alloc.admin_access, plugin=plugin,
-        cdi_name=cdi_device_name(claim_uid, alloc),
+        request=a.request, pool=a.pool, device=a.device, share_id=a.share_id,
+        admin_access=a.admin_access, consumed_capacity=dict(a.consumed_capacity),
+        plugin=it.plugin.name, config=cfg.model_dump(mode="json") if cfg is not None else None,
+        cdi_name=cdi_device_name(claim_uid, a),
     )
 
 

@@ -1,7 +1,10 @@
 """Orphan claims: checkpointed claims whose ResourceClaim is gone or was re-created with a new
 UID. The kubelet normally unprepares every claim, but a lost kubelet checkpoint or a forced
 pod deletion can leave devices prepared forever. After ``grace`` seconds of being seen
-missing, such a claim is unprepared locally (driver hooks, CDI spec, checkpoint entry).
+missing, such a claim is unprepared locally (driver hooks, CDI spec, checkpoint entry); its
+AllocatedDeviceStatus is left alone (the claim is gone, or a new claim holds the name). Each
+pass also removes this driver's CDI specs that no checkpoint entry owns (a spec whose removal
+failed during an unprepare).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ class _Reader(Protocol):
 
 
 class _Node(Protocol):
-    def unprepare_claims(self, claims: list[Any]) -> dict[str, str]: ...
+    def unprepare_claims(self, claims: list[Any], write_status: bool = True) -> dict[str, str]: ...
+    def sweep_orphan_specs(self) -> list[str]: ...
 
 
 class OrphanSweeper:
@@ -62,7 +66,11 @@ class OrphanSweeper:
             log.warning("ResourceClaim %s/%s (uid %s) is gone; unpreparing it locally",
                         rec.namespace, rec.name, uid, extra={"claim_uid": uid})
             ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=uid)
-            if not self.node.unprepare_claims([ref])[uid]:
+            if not self.node.unprepare_claims([ref], write_status=False)[uid]:
                 done.append(uid)
                 self._missing_since.pop(uid, None)
+        try:
+            self.node.sweep_orphan_specs()
+        except Exception:
+            log.exception("sweeping orphan CDI specs failed")
         return done

@@ -32,6 +32,10 @@ from discovery.sysfs import PCI_ADDRESS_RE, Sysfs
 
 _log = logging.getLogger(__name__)
 
+_GROUP_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
+"""An IOMMU group number as the kernel names its directory (``str.isdigit`` also accepts
+``²``, which ``int`` refuses)."""
+
 
 def _hex(value: str, digits: int, what: str) -> str:
     v = value.lower().removeprefix("0x")
@@ -122,7 +126,7 @@ class PciDiscovery(DiscoveryPlugin):
             ("subsystemDevice", s.read_hex(at("subsystem_device"), 4)),
             ("class", pci_class),
             ("driver", s.link_name(at("driver"))),
-            ("iommuGroup", int(group) if group and group.isdigit() else None),
+            ("iommuGroup", int(group) if group and _GROUP_RE.fullmatch(group) else None),
             (NUMA_NODE, s.numa_node(real)),
             (PCI_BUS_ID, address),
             (PCIE_ROOT, s.pcie_root(address, real)),

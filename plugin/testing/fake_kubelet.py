@@ -566,7 +566,8 @@ class FakeKubelet:
                 except FileNotFoundError:
                     continue
                 if stat.S_ISSOCK(st.st_mode):
-                    found.append((path, (st.st_ino, st.st_mtime_ns, 0)))  # chmod changes ctime, not mtime
+                    # identity: inode + mtime (a chmod changes ctime, not mtime)
+                    found.append((path, (st.st_ino, st.st_mtime_ns, 0)))
         return found
 
     def _watch(self) -> None:

@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from subprocess import Popen
 from types import TracebackType
 from typing import Any
 
@@ -48,7 +49,8 @@ class DriverHarness:
     ``plugins`` (instances) override ``discovery`` (names, with ``plugin_options`` per name).
     ``subprocess=True`` runs ``drakit run`` as a child process (needed to kill -9 it); then
     plugins must be given by name. ``extra_args`` are appended to its command line;
-    ``settings`` overrides Settings fields in-process.
+    ``settings`` overrides Settings fields in-process; ``env`` (also settable later as
+    ``self.env``, read at each subprocess start) adds environment variables for the child.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class DriverHarness:
         extra_args: Sequence[str] = (),
         settings: dict[str, Any] | None = None,
         apiserver: EmbeddedAPIServer | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.real_root = Path(root)
         self.real_root.mkdir(parents=True, exist_ok=True)
@@ -87,12 +90,13 @@ class DriverHarness:
         self.config_file = self.root / "drakit.yaml"
         self.use_subprocess = subprocess
         self.extra_args = list(extra_args)
+        self.env = dict(env or {})
         self.settings_overrides = settings or {}
         self._own_apiserver = apiserver is None
         self.apiserver = apiserver or EmbeddedAPIServer(served_versions=served_versions)
         self.kubelet = FakeKubelet(self.registrar_dir, kubelet_version)
         self.app: Any = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Popen[bytes] | None = None
         self.log_path = self.root / "drakit.log"
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -182,7 +186,8 @@ class DriverHarness:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **self.env},
             )
         finally:
             log.close()

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,7 +104,7 @@ def test_network_data_of_a_real_interface(
     h.app.status.flush()
     (entry,) = devices_of(h, claim)
     nd = entry["networkData"]
-    mac = open(f"/sys/class/net/{veth}/address").read().strip()
+    mac = Path(f"/sys/class/net/{veth}/address").read_text().strip()
     assert nd["interfaceName"] == veth and nd["hardwareAddress"] == mac
     assert "198.51.100.7/24" in nd["ips"] and "2001:db8:5::7/64" in nd["ips"]
     for ip in nd["ips"]:

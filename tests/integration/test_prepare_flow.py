@@ -135,11 +135,17 @@ def test_status_written_and_removed(harness: DriverHarness) -> None:
     assert not harness.claim(claim)["status"].get("devices")  # type: ignore[index]
 
 
-def test_v1beta1_only_api_server(harness_factory: Callable[..., DriverHarness]) -> None:
-    h = harness_factory(served_versions=("v1beta1",))
+@pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])
+def test_older_api_servers(harness_factory: Callable[..., DriverHarness], version: str) -> None:
+    h = harness_factory(served_versions=(version,))
     assert h.devices()
     claim = h.allocate("c1", [h.devices()[0]])
     assert h.prepare(claim)[uid(claim)].error == ""
+    h.app.status.flush()
+    assert [d["device"] for d in h.claim(claim)["status"]["devices"]] == [h.devices()[0][1]]
+    assert h.unprepare(claim) == {uid(claim): ""}
+    h.app.status.flush()
+    assert not h.claim(claim)["status"].get("devices")
 
 
 def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,8 @@ CDI spec and a completed checkpoint record, and unprepare undoes it completely.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -84,126 +86,140 @@ class Bench:
         return out
 
 
-def _one_of_mostly(good: st.SearchStrategy[Any], *bad: st.SearchStrategy[Any]) -> Any:
-    """``good`` about three times in four."""
-    return st.one_of(good, good, good, *bad) if bad else good
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path inside a JSON object (dict keys and list indices), parents first."""
+    out: list[tuple[Any, ...]] = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) \
+        if isinstance(obj, list) else []
+    for k, v in items:
+        out.append((*prefix, k))
+        out += _paths(v, (*prefix, k))
+    return out
+
+
+def mutate(obj: Any, mutations: list[tuple[int, str, Any]]) -> Any:
+    """Apply mutations to ``obj`` in place: each picks a path (index modulo the number of
+    paths) and deletes it, replaces it with an arbitrary JSON value, or wraps it in a list."""
+    for pick, how, value in mutations:
+        paths = _paths(obj)
+        if not paths:
+            return value
+        path = paths[pick % len(paths)]
+        parent = obj
+        for k in path[:-1]:
+            parent = parent[k]
+        key = path[-1]
+        if how == "delete":
+            del parent[key]
+        elif how == "wrap":
+            parent[key] = [parent[key]]
+        else:
+            parent[key] = value
+    return obj
 
 
 def claim_strategy(devices: list[str]) -> st.SearchStrategy[Any]:
+    """Mostly valid claims for our devices, then 0-3 mutations anywhere in the object; now
+    and then something that is not a claim at all, or an API error."""
     result = st.fixed_dictionaries(
         {
-            "driver": _one_of_mostly(st.just(DRIVER), st.sampled_from(
-                ["gpu.other.com", DRIVER.upper(), DRIVER + " "]), json_values),
-            "pool": _one_of_mostly(st.just(NODE), hostile_strings, json_values),
-            "device": _one_of_mostly(st.sampled_from(devices), hostile_strings, json_values),
-            "request": _one_of_mostly(st.sampled_from(["req-0", "req-1", "main/sub"]),
-                                      hostile_strings, json_values),
+            "driver": st.sampled_from([DRIVER] * 6 + ["gpu.other.com"]),
+            "pool": st.sampled_from([NODE] * 6 + ["other-pool"]),
+            "device": st.sampled_from(devices + ["nope", "GPU-0"]),
+            "request": st.sampled_from(["req-0", "req-1", "main/sub"]),
         },
         optional={
-            "shareID": st.one_of(st.uuids().map(str), hostile_strings, json_values),
-            "adminAccess": st.one_of(st.booleans(), json_values),
-            "consumedCapacity": st.one_of(
-                st.dictionaries(hostile_strings, st.sampled_from(["1", "10Gi", "0.5"]),
-                                max_size=3), json_values),
-            "tolerations": json_values,
-            "bindingConditions": json_values,
+            "shareID": st.uuids().map(str),
+            "adminAccess": st.booleans(),
+            "consumedCapacity": st.dictionaries(
+                st.sampled_from(["memory", "cores", "x" * 70]),
+                st.sampled_from(["1", "10Gi", "0.5"]), max_size=2),
         },
     )
-    good_params = st.fixed_dictionaries(
+    params = st.fixed_dictionaries(
         {},
         optional={
-            "apiVersion": st.one_of(st.just(CONFIG_API), hostile_strings),
-            "kind": st.one_of(st.just(CONFIG_KIND), hostile_strings),
-            "sharing": st.one_of(
-                st.fixed_dictionaries({"strategy": st.sampled_from(
-                    ["Exclusive", "TimeSlicing", "SpacePartitioning", "Bogus"])},
-                    optional={"timeSlicing": st.one_of(
-                        st.fixed_dictionaries({"interval": st.sampled_from(
-                            ["Default", "Short", "Long", "Forever"])}), json_values)}),
-                json_values),
+            "apiVersion": st.sampled_from([CONFIG_API] * 4 + ["v1"]),
+            "kind": st.sampled_from([CONFIG_KIND] * 4 + ["Other"]),
+            "sharing": st.fixed_dictionaries(
+                {"strategy": st.sampled_from(["Exclusive", "TimeSlicing", "Bogus"])},
+                optional={"timeSlicing": st.fixed_dictionaries(
+                    {"interval": st.sampled_from(["Default", "Short", "Long", "Forever"])})}),
         },
     )
-    params = _one_of_mostly(good_params, st.dictionaries(hostile_strings, json_values,
-                                                         max_size=4), json_values)
     config = st.fixed_dictionaries(
-        {"opaque": _one_of_mostly(
-            st.fixed_dictionaries({"driver": st.just(DRIVER), "parameters": params}),
-            st.fixed_dictionaries({"driver": st.just("gpu.other.com"),
-                                   "parameters": json_values}),
-            json_values)},
-        optional={
-            "source": st.one_of(st.sampled_from(["FromClass", "FromClaim"]), json_values),
-            "requests": st.one_of(st.lists(st.sampled_from(["req-0", "main", "x"]),
-                                           max_size=3), json_values),
-        },
+        {"source": st.sampled_from(["FromClass", "FromClaim"]),
+         "opaque": st.fixed_dictionaries({
+             "driver": st.sampled_from([DRIVER] * 4 + ["gpu.other.com"]),
+             "parameters": params})},
+        optional={"requests": st.lists(st.sampled_from(["req-0", "main", "x"]), max_size=2)},
     )
-    devices_obj = st.fixed_dictionaries(
-        {"results": _one_of_mostly(st.lists(result, min_size=1, max_size=6), json_values)},
-        optional={"config": st.one_of(st.lists(config, max_size=4), json_values)},
+    base = st.fixed_dictionaries({
+        "apiVersion": st.just("resource.k8s.io/v1"),
+        "kind": st.just("ResourceClaim"),
+        "metadata": st.just({"uid": REF.uid, "namespace": REF.namespace, "name": REF.name}),
+        "spec": st.just({"devices": {"requests": [
+            {"name": "req-0", "exactly": {"allocationMode": "ExactCount", "count": 1}}]}}),
+        "status": st.fixed_dictionaries({"allocation": st.fixed_dictionaries({
+            "devices": st.fixed_dictionaries(
+                {"results": st.lists(result, min_size=1, max_size=4)},
+                optional={"config": st.lists(config, max_size=3)}),
+        })}),
+    })
+    mutation = st.tuples(
+        st.integers(0, 10**6),
+        st.sampled_from(["delete", "replace", "replace", "wrap"]),
+        st.one_of(json_values, hostile_strings),
     )
-    allocation = _one_of_mostly(
-        st.fixed_dictionaries(
-            {"devices": _one_of_mostly(devices_obj, json_values)},
-            optional={"nodeSelector": json_values, "allocationTimestamp": json_values},
-        ),
-        json_values,
+    mutated = st.builds(lambda c, ms: mutate(copy.deepcopy(c), ms), base,
+                        st.lists(mutation, max_size=3))
+    return st.one_of(
+        mutated, mutated, mutated, mutated, mutated, mutated, json_values, st.none(),
+        st.sampled_from([RuntimeError("API down"), OSError("connection reset")]),
     )
-    spec = st.fixed_dictionaries({"devices": st.fixed_dictionaries({"requests": st.lists(
-        st.fixed_dictionaries({"name": hostile_strings, "exactly": st.fixed_dictionaries(
-            {"allocationMode": st.sampled_from(["ExactCount", "All", "Some", "Bogus"]),
-             "count": json_values})}), max_size=3)})})
-    metadata = _one_of_mostly(
-        st.fixed_dictionaries({
-            "uid": _one_of_mostly(st.just(REF.uid), hostile_strings, json_values),
-            "namespace": _one_of_mostly(st.just(REF.namespace), json_values),
-            "name": _one_of_mostly(st.just(REF.name), json_values),
-        }),
-        json_values,
-    )
-    claim = st.fixed_dictionaries(
-        {"metadata": metadata},
-        optional={
-            "status": _one_of_mostly(
-                st.fixed_dictionaries({"allocation": allocation},
-                                      optional={"reservedFor": json_values,
-                                                "devices": json_values}),
-                json_values),
-            "spec": st.one_of(spec, json_values),
-            "apiVersion": json_values,
-            "kind": json_values,
-        },
-    )
-    return st.one_of(claim, claim, claim, json_values, st.none(),
-                     st.sampled_from([RuntimeError("API down"), OSError("connection reset")]))
+
+
+_SERIAL = itertools.count()
+
+
+def _with_uid(obj: Any, uid: str) -> Any:
+    """``obj`` with every occurrence of REF.uid replaced by ``uid``."""
+    if isinstance(obj, dict):
+        return {k: _with_uid(v, uid) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_with_uid(v, uid) for v in obj]
+    return uid if isinstance(obj, str) and obj == REF.uid else obj
 
 
 def check_one(bench: Bench, claim: Any) -> str:
-    """Run one claim through prepare (and unprepare); return "ok" or "error"."""
-    bench.claims.claim = claim
-    results = bench.node.prepare_claims([REF])
-    assert set(results) == {REF.uid}
-    result = results[REF.uid]
+    """Run one claim through prepare (and unprepare) under a fresh claim UID (a UID that
+    was unprepared is never prepared again); return "ok" or "error"."""
+    ref = REF.model_copy(update={"uid": f"{REF.uid[:-6]}{next(_SERIAL):06d}"})
+    bench.claims.claim = _with_uid(claim, ref.uid)
+    results = bench.node.prepare_claims([ref])
+    assert set(results) == {ref.uid}
+    result = results[ref.uid]
     files = bench.files()
     assert not any(f.endswith(".tmp") for f in files), files
     if result.error:
         assert isinstance(result.error, str)
-        assert f"{REF.namespace}/{REF.name}" in result.error or REF.uid in result.error, \
-            result.error
+        assert f"ResourceClaim {ref.namespace}/{ref.name}: " in result.error, result.error
         assert not result.devices
-        assert bench.checkpoint.get(REF.uid) is None
-        assert not bench.specs.exists(REF.uid)
+        assert bench.checkpoint.get(ref.uid) is None
+        assert not bench.specs.exists(ref.uid)
     else:
-        rec = bench.checkpoint.get(REF.uid)
+        rec = bench.checkpoint.get(ref.uid)
         assert rec is not None and rec.phase == "PrepareCompleted"
-        spec = load_spec_file(bench.specs.path_for(REF.uid))
+        spec = load_spec_file(bench.specs.path_for(ref.uid))
         names = {f"{bench.specs.kind}={d.name}" for d in spec.devices}
         assert result.devices
         for dev in result.devices:
             assert set(dev.cdi_device_ids) <= names
             assert dev.pool_name == NODE and dev.device_name in bench.devices
-        assert bench.node.unprepare_claims([REF]) == {REF.uid: ""}
-    assert bench.checkpoint.claims() == {}
-    assert not bench.specs.exists(REF.uid)
+        assert bench.node.unprepare_claims([ref]) == {ref.uid: ""}
+    assert {u for u, r in bench.checkpoint.claims().items()
+            if r.phase != "Unprepared"} == set()
+    assert not bench.specs.exists(ref.uid)
     assert {f for f in bench.files() if not f.startswith("data/")} == set()
     return "error" if result.error else "ok"
 
