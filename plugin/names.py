@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
-DNS_SUBDOMAIN = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
-)
+from plugin.slices import formats
+
+DNS_LABEL = re.compile(formats.DNS_LABEL_FMT, re.ASCII)
+DNS_SUBDOMAIN = re.compile(formats.DNS_SUBDOMAIN_FMT, re.ASCII)
 UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from discovery.plugin import ClaimRef
 from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from plugin.slices import formats
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,6 @@ MAX_INTERFACE_NAME = 256
 MAX_HARDWARE_ADDRESS = 128
 MAX_IPS = 16
 _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", re.ASCII)
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", re.ASCII)
-_SUBDOMAIN = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
-)
 
 
 class StatusAPI(Protocol):
@@ -60,16 +57,9 @@ class StatusError(ValueError):
 def _check_condition_type(value: Any, path: str) -> None:
     if not isinstance(value, str) or not value:
         raise StatusError(f"{path}: Required value")
-    prefix, _, name = value.rpartition("/")
-    if "/" in prefix or (value.count("/") and not prefix):
-        raise StatusError(f"{path}: Invalid value: {value!r}: prefix part must be non-empty")
-    if prefix and (len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
-        raise StatusError(f"{path}: Invalid value: {value!r}: prefix part must be a DNS subdomain")
-    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: name part must consist of alphanumeric "
-            "characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-        )
+    errors = formats.label_key(value, path)
+    if errors:
+        raise StatusError(str(errors[0]))
 
 
 def canonical_ip(value: Any, path: str) -> str:

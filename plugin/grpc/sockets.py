@@ -32,6 +32,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from plugin.slices import formats
+
 log = logging.getLogger(__name__)
 
 #: ``sizeof(sockaddr_un.sun_path)`` on Linux (the Go helper's ``unixPathMax``).
@@ -44,7 +46,6 @@ DIR_MODE = 0o750
 #: Mode of the socket files after bind (owner and group may connect).
 SOCKET_MODE = 0o660
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _POD_UID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?$")
 
 
@@ -62,15 +63,9 @@ def validate_driver_name(driver_name: str) -> str:
     Rule (resource.k8s.io ``spec.driver``): at most 63 bytes and, after lower-casing, a DNS
     subdomain. Raises :class:`SocketPathError` naming the problem.
     """
-    if not driver_name:
-        raise SocketPathError("driver name: must not be empty")
-    if len(driver_name.encode()) > 63:
-        raise SocketPathError(f"driver name {driver_name!r}: may not be more than 63 bytes")
-    if not _DNS_SUBDOMAIN.match(driver_name.lower()):
-        raise SocketPathError(
-            f"driver name {driver_name!r}: must be a DNS subdomain (lowercase letters, digits,"
-            " '-' and '.', starting and ending with a letter or digit)"
-        )
+    errors = formats.driver_name(driver_name, "driver name")
+    if errors:
+        raise SocketPathError(str(errors[0]))
     return driver_name
 
 

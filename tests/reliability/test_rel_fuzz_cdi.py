@@ -37,45 +37,60 @@ from plugin.node import NodeLogic
 DRIVER = "drakit.example.com"
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "cdi-schema"
 
-paths = st.one_of(st.sampled_from(["/dev/null", "/dev/drkfuzz0", "/mnt/x", "relative/p", "",
-                                   "/a/../../etc/shadow", "/dev/\x00x"]), hostile_strings)
+_good_paths = st.sampled_from(["/dev/null", "/dev/drkfuzz0", "/mnt/x", "/opt/lib/a.so",
+                               "/a/../../etc/shadow"])
+paths = st.one_of(_good_paths, _good_paths, _good_paths,
+                  st.sampled_from(["relative/p", "", "/dev/\x00x"]), hostile_strings)
 small_ints = st.one_of(st.integers(-5, 70000), st.integers(-(2**70), 2**70))
-str_lists = st.lists(st.one_of(hostile_strings, st.sampled_from(["A=1", "B=", "=x", "C"])),
-                     max_size=4)
+_good_env = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}=[ -~]{0,12}", fullmatch=True)
+str_lists = st.lists(st.one_of(_good_env, _good_env, _good_env, hostile_strings,
+                               st.sampled_from(["A=1", "B=", "=x", "C"])), max_size=4)
 
 
 def _maybe(s: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """The right type mostly, any JSON value sometimes."""
-    return st.one_of(s, s, s, json_values)
+    """The right type mostly, any JSON value now and then."""
+    return st.one_of(s, s, s, s, s, s, s, json_values)
 
 
-edits_data = st.fixed_dictionaries({}, optional={
-    "env": _maybe(str_lists),
-    "deviceNodes": _maybe(st.lists(st.fixed_dictionaries({"path": _maybe(paths)}, optional={
-        "hostPath": _maybe(paths), "type": _maybe(st.sampled_from(["b", "c", "u", "p", "x"])),
-        "major": _maybe(small_ints), "minor": _maybe(small_ints),
-        "fileMode": _maybe(small_ints), "permissions": _maybe(st.sampled_from(
-            ["rw", "rwm", "r", "z", ""])), "uid": _maybe(small_ints), "gid": _maybe(small_ints),
-    }), max_size=3)),
-    "mounts": _maybe(st.lists(st.fixed_dictionaries(
-        {"hostPath": _maybe(paths), "containerPath": _maybe(paths)},
-        optional={"type": _maybe(st.sampled_from(["bind", "tmpfs", ""])),
-                  "options": _maybe(str_lists)}), max_size=3)),
-    "hooks": _maybe(st.lists(st.fixed_dictionaries(
-        {"hookName": _maybe(st.sampled_from(["createContainer", "prestart", "bogus", ""])),
-         "path": _maybe(paths)},
-        optional={"args": _maybe(str_lists), "env": _maybe(str_lists),
-                  "timeout": _maybe(small_ints)}), max_size=2)),
-    "additionalGids": _maybe(st.lists(small_ints, max_size=3)),
-    "netDevices": _maybe(st.lists(st.fixed_dictionaries(
-        {"hostInterfaceName": _maybe(hostile_strings), "name": _maybe(hostile_strings)}),
-        max_size=2)),
-    "intelRdt": _maybe(st.fixed_dictionaries({}, optional={
-        "closID": _maybe(hostile_strings), "schemata": _maybe(str_lists),
-        "enableMonitoring": _maybe(st.booleans())})),
-    "bogusField": json_values,
-})
-device_names = st.one_of(st.sampled_from(["dev0", "0dev", "a.b", "a_b-c"]), hostile_strings)
+def _edits(_maybe: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """ContainerEdits-shaped dicts; ``_maybe`` wraps every field's strategy."""
+    return st.fixed_dictionaries({}, optional={
+        "env": _maybe(str_lists),
+        "deviceNodes": _maybe(st.lists(st.fixed_dictionaries({"path": _maybe(paths)}, optional={
+            "hostPath": _maybe(paths), "type": _maybe(st.sampled_from(["b", "c", "u", "p", "x"])),
+            "major": _maybe(small_ints), "minor": _maybe(small_ints),
+            "fileMode": _maybe(small_ints), "permissions": _maybe(st.sampled_from(
+                ["rw", "rwm", "r", "z", ""])), "uid": _maybe(small_ints), "gid": _maybe(small_ints),
+        }), max_size=3)),
+        "mounts": _maybe(st.lists(st.fixed_dictionaries(
+            {"hostPath": _maybe(paths), "containerPath": _maybe(paths)},
+            optional={"type": _maybe(st.sampled_from(["bind", "tmpfs", ""])),
+                      "options": _maybe(str_lists)}), max_size=3)),
+        "hooks": _maybe(st.lists(st.fixed_dictionaries(
+            {"hookName": _maybe(st.sampled_from(["createContainer", "prestart", "bogus", ""])),
+             "path": _maybe(paths)},
+            optional={"args": _maybe(str_lists), "env": _maybe(str_lists),
+                      "timeout": _maybe(small_ints)}), max_size=2)),
+        "additionalGids": _maybe(st.lists(small_ints, max_size=3)),
+        "netDevices": _maybe(st.lists(st.fixed_dictionaries(
+            {"hostInterfaceName": _maybe(hostile_strings), "name": _maybe(hostile_strings)}),
+            max_size=2)),
+        "intelRdt": _maybe(st.fixed_dictionaries({}, optional={
+            "closID": _maybe(hostile_strings), "schemata": _maybe(str_lists),
+            "enableMonitoring": _maybe(st.booleans())})),
+    })
+
+
+_typed = _edits(lambda s: s)  # right types, hostile values
+_loose = _edits(_maybe)  # now and then a wrong type anywhere
+edits_data = st.one_of(
+    _typed, _typed, _typed, _typed, _loose,
+    st.builds(lambda d, v: {**d, "bogusField": v}, _typed, json_values),
+    json_values,
+)
+device_names = st.one_of(st.sampled_from(["dev0", "0dev", "a.b", "a_b-c", "X_1"]),
+                         st.sampled_from(["dev0", "0dev", "a.b", "a_b-c", "X_1"]),
+                         hostile_strings)
 
 
 class EditsPlugin(ExampleDiscovery):
