@@ -29,8 +29,9 @@ class HostNodes:
         self.host_root = Path(host_root)
 
     def local_path(self, host_path: str) -> Path:
-        """Where the plugin sees the host path ``host_path`` (``/dev/x`` → ``<root>/dev/x``)."""
-        return self.host_root / host_path.lstrip("/")
+        """Where the plugin sees the host path ``host_path`` (``/dev/x`` → ``<root>/dev/x``).
+        The path is normalised first, so ``..`` never leads above ``host_root``."""
+        return self.host_root / os.path.normpath("/" + host_path).lstrip("/")
 
     @staticmethod
     def needs_host_info(node: DeviceNode) -> bool:
@@ -58,9 +59,9 @@ class HostNodes:
                 f"{field_path}: host device node {host_path} does not exist "
                 f"(looked at {local}); give type/major/minor explicitly or wait for the device"
             ) from None
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             raise HostNodeError(
-                f"{field_path}: cannot stat host device node {local}: {exc}"
+                f"{field_path}: cannot stat host device node {local!s:.300}: {exc}"
             ) from None
         if stat.S_ISCHR(st.st_mode):
             actual = "c"

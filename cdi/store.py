@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,8 @@ STATIC_CDI_ROOT = "/etc/cdi"
 DEFAULT_SPEC_DIRS: tuple[str, ...] = (STATIC_CDI_ROOT, DEFAULT_CDI_ROOT)
 """Runtimes' default spec directories, lowest priority first."""
 FILE_NAME_MAX_BYTES = 255
+
+_Stamp = tuple[int, int, int, int, int]
 
 
 def read_spec_summary(path: Path) -> tuple[str, list[str]] | None:
@@ -103,6 +106,11 @@ class SpecStore:
         self.max_version = max_version
         self.host_nodes = HostNodes(host_root) if host_root is not None else None
         self._lock = threading.Lock()
+        # File name → (stat stamp, (kind, device names) or None when undecodable): spec
+        # files are re-read only when their stamp changed.
+        self._summaries: dict[str, tuple[_Stamp, tuple[str, frozenset[str]] | None]] = {}
+        # Writes between their conflict check and their rename: token → (file name, names).
+        self._pending: dict[object, tuple[str, frozenset[str]]] = {}
 
     @property
     def kind(self) -> str:
@@ -173,10 +181,19 @@ class SpecStore:
         spec = self.build(devices, spec_edits, annotations)
         ids = [self.qualified_name(d.name) for d in spec.devices]
         data = (json.dumps(spec.to_json_dict(), indent=2) + "\n").encode()
+        names = frozenset(d.name for d in spec.devices)
+        token = object()
         with self._lock:
-            self._check_conflicts(path, {d.name for d in spec.devices})
+            self._check_conflicts(path, names)
             self._ensure_dir()
+            # Reserved until the file is in place, so a concurrent write of the same name
+            # to another file is refused; the lock is not held across the fsyncs.
+            self._pending[token] = (path.name, names)
+        try:
             atomic_write(path, data, mode=0o644)
+        finally:
+            with self._lock:
+                del self._pending[token]
         log.debug("wrote CDI spec %s (cdiVersion %s, %d devices)", path, spec.cdi_version, len(ids))
         return ids
 
@@ -204,29 +221,69 @@ class SpecStore:
             with contextlib.suppress(OSError):
                 os.chmod(self.root_dir, 0o755)
 
-    def _check_conflicts(self, own: Path, names: set[str]) -> None:
-        for other in spec_files(self.root_dir):
+    def _check_conflicts(self, own: Path, names: frozenset[str]) -> None:
+        """Refuse ``names`` when another spec file of this kind in ``root_dir`` (or a write
+        in progress to another file) defines one of them. Called with ``_lock`` held.
+
+        Each file is parsed once per stat stamp (device, inode, mtime, ctime, size), so a
+        write costs one ``scandir`` plus one ``stat`` per file instead of parsing every file.
+        """
+        present: set[str] = set()
+        for other, stamp in self._scan():
+            present.add(other.name)
             if other.name == own.name:
                 continue
-            summary = read_spec_summary(other)
-            if summary is None or summary[0] != self.kind:
+            summary = self._summary(other, stamp)
+            if summary is not None and summary[0] == self.kind:
+                self._refuse(names.intersection(summary[1]), str(other))
+        for stale in set(self._summaries) - present:
+            del self._summaries[stale]
+        for file_name, pending in self._pending.values():
+            if file_name != own.name:
+                self._refuse(names.intersection(pending), str(self.root_dir / file_name))
+
+    def _refuse(self, clash: frozenset[str], other_file: str) -> None:
+        if clash:
+            qname = self.qualified_name(sorted(clash)[0])
+            raise SpecConflictError(
+                f"CDI device {qname} is already defined in {other_file}; a name defined in "
+                f"two files of {self.root_dir} is dropped by runtimes",
+                qname,
+                other_file,
+            )
+
+    def _scan(self) -> list[tuple[Path, _Stamp]]:
+        """Like :func:`spec_files`, with each file's stat stamp; sorted by name."""
+        out = []
+        try:
+            entries = list(os.scandir(self.root_dir))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            if not entry.name.endswith(SPEC_FILE_EXTENSIONS):
                 continue
-            clash = sorted(names.intersection(summary[1]))
-            if clash:
-                qname = self.qualified_name(clash[0])
-                raise SpecConflictError(
-                    f"CDI device {qname} is already defined in {other}; a name defined in "
-                    f"two files of {self.root_dir} is dropped by runtimes",
-                    qname,
-                    str(other),
-                )
+            try:
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+                out.append((Path(entry.path), stamp))
+        return sorted(out)
+
+    def _summary(self, path: Path, stamp: _Stamp) -> tuple[str, frozenset[str]] | None:
+        cached = self._summaries.get(path.name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        raw = read_spec_summary(path)
+        summary = (raw[0], frozenset(raw[1])) if raw is not None else None
+        self._summaries[path.name] = (stamp, summary)
+        return summary
 
     def remove(self, claim_uid: str) -> bool:
         """Remove the claim's spec file durably. Returns False when there was none.
         Raises :class:`CDINameError` for an unsafe claim UID, ``OSError`` otherwise."""
-        path = self.path_for(claim_uid)
-        with self._lock:
-            return remove_durably(path)
+        return remove_durably(self.path_for(claim_uid))
 
     def exists(self, claim_uid: str) -> bool:
         """True when the claim's spec file exists."""

@@ -10,8 +10,11 @@ removes this instance's sockets; ResourceSlices stay (the kubelet cleans them up
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from cdi.store import SpecStore
@@ -25,7 +28,7 @@ from plugin.inventory import Inventory
 from plugin.metrics import Metrics
 from plugin.node import NodeLogic
 from plugin.orphans import OrphanSweeper
-from plugin.resourceapi import ResourceAPI
+from plugin.resourceapi import ResourceAPI, describe
 from plugin.slices.publisher import SlicePublisher
 from plugin.status import StatusWriter
 
@@ -42,8 +45,30 @@ def kube_api_client(kubeconfig: str | None) -> Any:
     return client.ApiClient()
 
 
+def _private_dir(path: Path) -> None:
+    """Create the plugin data dir (DRA socket, checkpoint) with mode 0750, and take group
+    write and all "other" access away from an existing one (a hostPath DirectoryOrCreate is
+    made 0755): only root, and the kubelet as root, may enter it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o750)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o027:
+        os.chmod(path, mode & ~0o027)
+        log.info("data dir %s: mode %o -> %o", path, mode, mode & ~0o027)
+
+
+class ClaimReadError(RuntimeError):
+    """A ResourceClaim GET failed; the message is one line (HTTP status, reason, the API's
+    message), not the client's multi-line dump with headers. ``status`` is the HTTP status
+    (None for a connection error)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ClaimReader:
-    """GET ResourceClaims through :class:`ResourceAPI` (None for 404)."""
+    """GET ResourceClaims through :class:`ResourceAPI` (None for 404; other failures raise
+    :class:`ClaimReadError`)."""
 
     def __init__(self, api: ResourceAPI) -> None:
         self.api = api
@@ -52,9 +77,10 @@ class ClaimReader:
         try:
             return self.api.get_claim(namespace, name)
         except Exception as e:
-            if getattr(e, "status", None) == 404:
+            status = getattr(e, "status", None)
+            if status == 404:
                 return None
-            raise
+            raise ClaimReadError(describe(e), status) from e
 
 
 class App:
@@ -83,7 +109,7 @@ class App:
                 ),
             )
         self.inventory = Inventory(plugins)
-        s.data_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        _private_dir(s.data_dir)
         self.checkpoint = Checkpoint(s.data_dir / "checkpoint.json")
         self.specs = SpecStore(
             s.cdi_root, s.driver_name, s.cdi_class, max_version=s.cdi_version_max

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cdi.atomic import atomic_write
+from plugin.canonical_json import CanonicalMapEncoder, canonical
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -67,6 +68,9 @@ class PreparedDeviceRecord(BaseModel):
     adminAccess, consumedCapacity), owning plugin, the typed opaque config it was prepared
     with, CDI name and edits (so the CDI spec can be re-written from the checkpoint alone),
     the plugin's state for unprepare and the AllocatedDeviceStatus entry written for it."""
+
+    # Distinct JSON for inf / nan / None: the write cache compares model_dump_json output.
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     request: str
     pool: str
@@ -92,6 +96,8 @@ class ClaimRecord(BaseModel):
     (``status.allocation.devices.config`` entries, class configs first).
     """
 
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
     uid: str
     namespace: str
     name: str
@@ -107,6 +113,8 @@ class ClaimRecord(BaseModel):
 class UnpreparedRecord(BaseModel):
     """A claim unprepared recently: its allocation fingerprint (None: unknown, the claim was
     not prepared here) and when (seconds since the epoch)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     fingerprint: str | None = None
     at: float = 0.0
@@ -152,7 +160,7 @@ class Checkpoint:
             self.path.name + ".lock"
         )
         self.owners_dir = self.path.parent / "owners"
-        if owner is not None and not _OWNER_RE.match(owner):
+        if owner is not None and not _OWNER_RE.fullmatch(owner):
             raise ValueError(f"checkpoint owner {owner!r}: must match {_OWNER_RE.pattern}")
         self._owner = owner or uuid.uuid4().hex[:16]
         self._owner_fd: int | None = None
@@ -161,6 +169,8 @@ class Checkpoint:
         self._raw: bytes | None = None
         self.error: str | None = None
         self.writes = 0
+        self._claims_json = CanonicalMapEncoder()
+        self._unprepared_json = CanonicalMapEncoder()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -212,9 +222,13 @@ class Checkpoint:
         self._state, self._raw, self.error = state, raw, None
 
     def load(self) -> None:
-        """Read the file (missing means empty). Raises CheckpointError and records it in
-        ``error`` when the file is corrupt."""
+        """Read the file (missing means empty) and remove temp files a crashed write left
+        (every write happens under the file lock, so none is in progress). Raises
+        CheckpointError and records it in ``error`` when the file is corrupt."""
         with self._lock, self._flock():
+            for tmp in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             self._raw = None
             self._refresh()
 
@@ -277,12 +291,26 @@ class Checkpoint:
         work other instances must see together with the change, e.g. removing CDI specs)."""
         with self._lock, self._flock():
             self._refresh()
-            work = self._state.copy()
-            result = change(work)
-            self._write(work)
+            # A shallow copy: records are shared with memory until the write succeeded, and
+            # memory is rebuilt from the file's bytes when ``change`` or the write fails (a
+            # deep copy of every record per write cost O(claims)).
+            work = CheckpointState(dict(self._state.claims), dict(self._state.unprepared))
+            try:
+                result = change(work)
+                self._write(work)
+            except BaseException:
+                self._restore()
+                raise
             if after is not None:
                 after(result)
             return result
+
+    def _restore(self) -> None:
+        """Memory back to the content of the file's bytes last seen."""
+        try:
+            self._state = self._parse(self._raw) if self._raw is not None else CheckpointState()
+        except CheckpointError:
+            self._raw = None  # re-read (and report) at the next access
 
     def _write(self, state: CheckpointState) -> None:
         now = time.time()
@@ -291,11 +319,14 @@ class Checkpoint:
             key=lambda item: item[1].at,
         )[-UNPREPARED_MAX:]
         state.unprepared = dict(marks)
-        claims = {uid: rec.model_dump(mode="json") for uid, rec in sorted(state.claims.items())}
-        unprepared = {uid: u.model_dump(mode="json") for uid, u in sorted(state.unprepared.items())}
-        body = {"claims": claims, "unprepared": unprepared}
-        doc = {"version": FORMAT_VERSION, "checksum": _checksum(body), **body}
-        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        # The canonical JSON of {"version", "checksum", "claims", "unprepared"} (sorted
+        # keys), assembled from per-record fragments that are re-encoded only when changed.
+        claims = self._claims_json.encode(state.claims)
+        unprepared = self._unprepared_json.encode(state.unprepared)
+        body = f'{{"claims":{claims},"unprepared":{unprepared}}}'.encode()
+        checksum = hashlib.sha256(body).hexdigest()
+        data = (f'{{"checksum":{canonical(checksum)},"claims":{claims},'
+                f'"unprepared":{unprepared},"version":{FORMAT_VERSION}}}').encode()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             atomic_write(self.path, data, mode=0o600)
@@ -307,7 +338,7 @@ class Checkpoint:
     # -- owners --------------------------------------------------------------------------
 
     def _owner_path(self, owner: str) -> Path:
-        if not _OWNER_RE.match(owner):
+        if not _OWNER_RE.fullmatch(owner):
             raise ValueError(f"checkpoint owner {owner!r}: not a valid owner name")
         return self.owners_dir / f"{owner}.lock"
 
@@ -362,7 +393,7 @@ class Checkpoint:
         with contextlib.suppress(FileNotFoundError):
             for path in self.owners_dir.iterdir():
                 name = path.name.removesuffix(".lock")
-                if path.suffix != ".lock" or not _OWNER_RE.match(name) or name == self._owner:
+                if path.suffix != ".lock" or not _OWNER_RE.fullmatch(name) or name == self._owner:
                     continue
                 if not self.owner_alive(name):
                     with contextlib.suppress(FileNotFoundError):

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from discovery.plugin import ClaimRef
+from plugin.names import InvalidNameError, check_claim_uid, check_device_name, check_pool_name
 
 
 class ClaimError(Exception):
@@ -132,17 +133,26 @@ def allocated_devices(claim: dict[str, Any], driver: str) -> list[AllocatedDevic
         share = r.get("shareID")
         if share is not None and not isinstance(share, str):
             raise ClaimError(f"{path}.shareID: must be a string")
+        # pool, device and shareID end up in CDI device names and the checkpoint: check
+        # them like the API does before they go anywhere (plugin.names)
+        try:
+            check_pool_name(r["pool"], f"{path}.pool")
+            check_device_name(r["device"], f"{path}.device")
+            if share is not None:
+                check_claim_uid(share, f"{path}.shareID")
+        except InvalidNameError as e:
+            raise ClaimError(str(e)) from None
         consumed = r.get("consumedCapacity") or {}
         if not isinstance(consumed, dict):
             raise ClaimError(f"{path}.consumedCapacity: must be a map")
-        key = (r["pool"], r["device"], share)
-        if key in seen:
+        ident = (r["pool"], r["device"], share)
+        if ident in seen:
             raise ClaimError(
                 f"{path}: Duplicate value: device {_text(r['pool'])}/{_text(r['device'])}"
                 f"{' share ' + _text(share) if share else ''} is also "
-                f"status.allocation.devices.results[{seen[key]}]"
+                f"status.allocation.devices.results[{seen[ident]}]"
             )
-        seen[key] = i
+        seen[ident] = i
         out.append(
             AllocatedDevice(
                 index=i,

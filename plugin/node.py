@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from cdi.spec import ContainerEdits
@@ -88,6 +89,8 @@ log = logging.getLogger(__name__)
 
 CRASH_ENV = "DRAKIT_CRASH_POINT"
 CRASH_POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
+#: Seconds after which a CDI temp file (``.<spec file>.<random>.tmp``) is surely abandoned.
+TEMP_FILE_AGE = 60.0
 
 
 class ClaimSource(Protocol):
@@ -97,6 +100,11 @@ class ClaimSource(Protocol):
 
 
 class SpecWriter(Protocol):
+    @property
+    def root_dir(self) -> Path: ...
+    @property
+    def file_prefix(self) -> str: ...
+
     def write(self, claim_uid: str, devices: list[CDIDevice]) -> list[str]: ...
     def remove(self, claim_uid: str) -> bool: ...
     def exists(self, claim_uid: str) -> bool: ...
@@ -301,7 +309,8 @@ class NodeLogic:
             if self.observer:
                 elapsed = time.monotonic() - started
                 for ref in mine:
-                    self.observer.claim_prepared(not results[ref.uid].error, elapsed)
+                    got = results.get(ref.uid)
+                    self.observer.claim_prepared(got is not None and not got.error, elapsed)
             refs = []
             for uid, fut in waiting.items():
                 got = self._wait(fut)
@@ -517,9 +526,11 @@ class NodeLogic:
         cdi_devices: list[CDIDevice] = []
         try:
             for it in plan.items:
-                out = it.plugin.prepare(it.request)
                 rec = _record(it, plan.ref.uid)
+                # Listed before the hook runs: a hook that fails half-way is undone too
+                # (unprepare hooks must be idempotent).
                 prepared.append(rec)
+                out = it.plugin.prepare(it.request)
                 self._crash("after-driver-hook")
                 edits = out.edits
                 if edits.is_empty():
@@ -582,7 +593,7 @@ class NodeLogic:
             if self.observer:
                 elapsed = time.monotonic() - started
                 for ref in mine:
-                    self.observer.claim_unprepared(not results[ref.uid], elapsed)
+                    self.observer.claim_unprepared(results.get(ref.uid) == "", elapsed)
             # A prepare or unprepare of these claims was running: run ours after it.
             for fut in waiting.values():
                 self._wait(fut)
@@ -704,29 +715,7 @@ class NodeLogic:
         taken under the checkpoint lock; ``spec_claim_uids`` is ignored and kept for
         callers of the old signature). Returns (claims rolled back, specs removed).
         Raises CheckpointError while the checkpoint is corrupt."""
-        owner = self.checkpoint.owner
-        adopted: list[ClaimRecord] = []
-
-        def adopt(claims: dict[str, ClaimRecord]) -> None:
-            for rec in claims.values():
-                if rec.phase == "PrepareStarted" and not self.checkpoint.owner_alive(rec.owner):
-                    rec.owner = owner
-                    adopted.append(rec.model_copy(deep=True))
-
-        if any(r.phase == "PrepareStarted" for r in self.checkpoint.claims().values()):
-            self.checkpoint.update(adopt)
-        for rec in adopted:
-            self.unprepare_record(rec, write_status=False)
-        if adopted:
-            uids = {r.uid for r in adopted}
-
-            def drop(claims: dict[str, ClaimRecord]) -> None:
-                for uid in uids:
-                    cur = claims.get(uid)
-                    if cur is not None and cur.owner == owner and cur.phase == "PrepareStarted":
-                        del claims[uid]
-
-            self.checkpoint.update(drop)
+        rolled = self.rollback_dead_owners()
         self.checkpoint.forget_dead_owners()
         rewritten = 0
         for rec in self.checkpoint.claims().values():
@@ -737,11 +726,59 @@ class NodeLogic:
             ):
                 rewritten += 1
         removed = self.sweep_orphan_specs()
-        if adopted or removed or rewritten:
+        if rolled or removed or rewritten:
             log.warning("recovery: rolled back %d half-prepared claim(s), re-wrote %d missing "
                         "CDI spec(s), removed %d orphan CDI spec(s)",
-                        len(adopted), rewritten, len(removed))
-        return len(adopted), len(removed)
+                        rolled, rewritten, len(removed))
+        return rolled, len(removed)
+
+    def rollback_dead_owners(self) -> int:
+        """Roll back ``PrepareStarted`` claims whose owner process is gone (a crash, here or
+        in another instance): adopt them under the file lock, run the unprepare hooks,
+        remove the CDI spec, drop the entry. Claims running in this process are skipped.
+        Returns how many were rolled back. Raises CheckpointError while corrupt."""
+        owner = self.checkpoint.owner
+        candidates = [
+            ClaimRef(namespace=r.namespace, name=r.name, uid=uid)
+            for uid, r in self.checkpoint.claims().items()
+            if r.phase == "PrepareStarted" and r.owner != owner
+            and not self.checkpoint.owner_alive(r.owner)
+        ]
+        if not candidates:
+            return 0
+        mine, _busy = self._claim_slots(candidates)
+        adopted: list[ClaimRecord] = []
+        try:
+            uids = {r.uid for r in mine}
+
+            def adopt(claims: dict[str, ClaimRecord]) -> None:
+                for uid in uids:
+                    rec = claims.get(uid)
+                    if (rec is not None and rec.phase == "PrepareStarted"
+                            and rec.owner != owner
+                            and not self.checkpoint.owner_alive(rec.owner)):
+                        rec.owner = owner
+                        adopted.append(rec.model_copy(deep=True))
+
+            if uids:
+                self.checkpoint.update(adopt)
+            for rec in adopted:
+                self.unprepare_record(rec, write_status=False)
+            if adopted:
+                done = {r.uid for r in adopted}
+
+                def drop(claims: dict[str, ClaimRecord]) -> None:
+                    for uid in done:
+                        cur = claims.get(uid)
+                        if cur is not None and cur.owner == owner and cur.phase == "PrepareStarted":
+                            del claims[uid]
+
+                self.checkpoint.update(drop)
+                log.warning("rolled back %d claim(s) left half-prepared by a crashed instance",
+                            len(adopted))
+        finally:
+            self._release({}, mine)  # waiters (none expected) run their own call afresh
+        return len(adopted)
 
     def sweep_orphan_specs(self) -> list[str]:
         """Remove this driver's CDI specs that no checkpoint entry (of any phase) owns;
@@ -756,7 +793,31 @@ class NodeLogic:
                             removed.append(uid)
                     except Exception:
                         log.exception("removing orphan CDI spec failed", extra={"claim_uid": uid})
+            self._remove_stale_temp_files(state)
         return removed
+
+    def _remove_stale_temp_files(self, state: CheckpointState) -> None:
+        """Temp files of this driver's spec writes left by a crash: those of claims without
+        an entry (nobody can be writing them: specs are written only while an entry exists)
+        and any older than :data:`TEMP_FILE_AGE`."""
+        prefix = f".{self.specs.file_prefix}"
+        now = time.time()
+        try:
+            entries = list(os.scandir(self.specs.root_dir))
+        except OSError:
+            return
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith(prefix) and name.endswith(".tmp")):
+                continue
+            uid = name[len(prefix):].split(".json.", 1)[0]
+            try:
+                old = now - entry.stat(follow_symlinks=False).st_mtime > TEMP_FILE_AGE
+                if uid not in state.claims or old:
+                    os.unlink(entry.path)
+                    log.info("removed abandoned CDI temp file %s", entry.path)
+            except OSError:
+                continue
 
 
 def _dedupe(claims: list[ClaimRef]) -> list[ClaimRef]:

@@ -3,8 +3,9 @@ UID. The kubelet normally unprepares every claim, but a lost kubelet checkpoint 
 pod deletion can leave devices prepared forever. After ``grace`` seconds of being seen
 missing, such a claim is unprepared locally (driver hooks, CDI spec, checkpoint entry); its
 AllocatedDeviceStatus is left alone (the claim is gone, or a new claim holds the name). Each
-pass also removes this driver's CDI specs that no checkpoint entry owns (a spec whose removal
-failed during an unprepare).
+pass also rolls back claims left ``PrepareStarted`` by a crashed instance (rolling update) and
+removes this driver's CDI specs that no checkpoint entry owns (a spec whose removal failed
+during an unprepare).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class _Reader(Protocol):
 class _Node(Protocol):
     def unprepare_claims(self, claims: list[Any], write_status: bool = True) -> dict[str, str]: ...
     def sweep_orphan_specs(self) -> list[str]: ...
+    def rollback_dead_owners(self) -> int: ...
 
 
 class OrphanSweeper:
@@ -70,7 +72,8 @@ class OrphanSweeper:
                 done.append(uid)
                 self._missing_since.pop(uid, None)
         try:
+            self.node.rollback_dead_owners()
             self.node.sweep_orphan_specs()
         except Exception:
-            log.exception("sweeping orphan CDI specs failed")
+            log.exception("rolling back crashed prepares / sweeping orphan CDI specs failed")
         return done

@@ -75,7 +75,7 @@ def validate_pod_uid(pod_uid: str) -> str:
     Allowed: 1-128 characters of letters, digits, ``-``, ``_`` and ``.``, starting and ending
     with a letter or digit. Raises :class:`SocketPathError`.
     """
-    if not _POD_UID.match(pod_uid or ""):
+    if not isinstance(pod_uid, str) or not _POD_UID.fullmatch(pod_uid):  # "$" allows "\n"
         raise SocketPathError(
             f"pod UID {pod_uid!r}: must be 1-128 letters, digits, '-', '_' or '.', starting"
             " and ending with a letter or digit"

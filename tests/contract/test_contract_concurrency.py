@@ -3,10 +3,12 @@ around driver work."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from contract_helpers import DRIVER, POOL, ControlledPlugin, check_invariants, uid_of
 
 from discovery.plugin import DeviceRequest
@@ -35,12 +37,13 @@ def run_all(fns: list[Callable[[], Any]], timeout: float = 90.0) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 def test_100_claims_prepared_concurrently(harness_factory: Callable[..., DriverHarness]) -> None:
     h = harness_factory(plugin_options={"example": {"generate": {"count": 100}}})
     devices = h.devices()
     claims = [h.allocate(f"c-{i}", [devices[i]]) for i in range(100)]
 
-    results = run_all([lambda c=c: h.prepare(c) for c in claims])
+    results = run_all([functools.partial(h.prepare, c) for c in claims])
     for claim, res in zip(claims, results, strict=True):
         assert isinstance(res, dict), res
         assert res[uid_of(claim)].error == ""
@@ -49,7 +52,7 @@ def test_100_claims_prepared_concurrently(harness_factory: Callable[..., DriverH
     assert len(h.cdi_files()) == 100
     assert not check_invariants(h.checkpoint_path, h.cdi_dir, uids)
 
-    results = run_all([lambda c=c: h.unprepare(c) for c in claims])
+    results = run_all([functools.partial(h.unprepare, c) for c in claims])
     assert all(r == {uid_of(c): ""} for c, r in zip(claims, results, strict=True))
     assert h.app.checkpoint.claims() == {}
     assert h.cdi_files() == []
@@ -60,7 +63,11 @@ def test_one_claim_from_10_callers_single_flight(
 ) -> None:
     plugin = ControlledPlugin(["d0"])
     release = threading.Event()
-    plugin.gate = lambda _r: release.wait(30)
+
+    def gate(_r: DeviceRequest) -> None:
+        release.wait(30)
+
+    plugin.gate = gate
     h = harness_factory(plugins=[plugin])
     claim = h.allocate("shared", [(POOL, "d0")])
     results: list[ClaimPrepareResult | None] = [None] * 10

@@ -38,7 +38,9 @@ def by_device(reports: Reports) -> dict[str, DeviceHealthReport]:
     return {r.device_name: r for r in reports}
 
 
-def test_stream_carries_complete_list_healthy(harness_factory: Callable[..., DriverHarness]) -> None:
+def test_stream_carries_complete_list_healthy(
+    harness_factory: Callable[..., DriverHarness],
+) -> None:
     h = harness_factory()
     reg = h.kubelet.registered_plugins(DRIVER)[-1]
     assert reg.health_versions == (HEALTH_V1, HEALTH_V1ALPHA1)

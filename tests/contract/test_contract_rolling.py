@@ -120,10 +120,10 @@ def test_concurrent_prepares_on_both_instances(two: tuple[DriverHarness, App]) -
     assert len(errors) == len(jobs)
     own = [uid_of(c) for _, c in jobs[:20]]
     assert {u: errors[u] for u in own} == {u: "" for u in own}
-    for x, y in pairs:
-        ok = [u for u in (x, y) if errors[u] == ""]
-        assert len(ok) == 1, (errors[x], errors[y])
-        loser = y if ok == [x] else x
+    for ux, uy in pairs:
+        ok = [u for u in (ux, uy) if errors[u] == ""]
+        assert len(ok) == 1, (errors[ux], errors[uy])
+        loser = uy if ok == [ux] else ux
         assert "still prepared for claim" in errors[loser]
     prepared = {u for u, e in errors.items() if e == ""}
     assert set(a.checkpoint.claims()) == prepared

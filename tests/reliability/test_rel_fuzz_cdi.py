@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from reliability_helpers import CASES, fuzz_settings, hostile_strings, json_values
+from reliability_helpers import CASES, fuzz_settings, hostile_strings, json_values, weighted
 
 from cdi.errors import CDIError
 from cdi.spec import ContainerEdits
@@ -39,17 +39,17 @@ SCHEMA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference"
 
 _good_paths = st.sampled_from(["/dev/null", "/dev/drkfuzz0", "/mnt/x", "/opt/lib/a.so",
                                "/a/../../etc/shadow"])
-paths = st.one_of(_good_paths, _good_paths, _good_paths,
-                  st.sampled_from(["relative/p", "", "/dev/\x00x"]), hostile_strings)
+paths = weighted((6, _good_paths), (1, st.sampled_from(["relative/p", "", "/dev/\x00x"])),
+                 (2, hostile_strings))
 small_ints = st.one_of(st.integers(-5, 70000), st.integers(-(2**70), 2**70))
 _good_env = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}=[ -~]{0,12}", fullmatch=True)
-str_lists = st.lists(st.one_of(_good_env, _good_env, _good_env, hostile_strings,
-                               st.sampled_from(["A=1", "B=", "=x", "C"])), max_size=4)
+str_lists = st.lists(weighted((6, _good_env), (1, hostile_strings),
+                              (1, st.sampled_from(["A=1", "B=", "=x", "C"]))), max_size=4)
 
 
 def _maybe(s: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """The right type mostly, any JSON value now and then."""
-    return st.one_of(s, s, s, s, s, s, s, json_values)
+    return weighted((7, s), (1, json_values))
 
 
 def _edits(_maybe: Any) -> st.SearchStrategy[dict[str, Any]]:
@@ -83,14 +83,13 @@ def _edits(_maybe: Any) -> st.SearchStrategy[dict[str, Any]]:
 
 _typed = _edits(lambda s: s)  # right types, hostile values
 _loose = _edits(_maybe)  # now and then a wrong type anywhere
-edits_data = st.one_of(
-    _typed, _typed, _typed, _typed, _loose,
-    st.builds(lambda d, v: {**d, "bogusField": v}, _typed, json_values),
-    json_values,
+edits_data = weighted(
+    (6, _typed), (2, _loose),
+    (1, st.builds(lambda d, v: {**d, "bogusField": v}, _typed, json_values)),
+    (1, json_values),
 )
-device_names = st.one_of(st.sampled_from(["dev0", "0dev", "a.b", "a_b-c", "X_1"]),
-                         st.sampled_from(["dev0", "0dev", "a.b", "a_b-c", "X_1"]),
-                         hostile_strings)
+device_names = weighted((3, st.sampled_from(["dev0", "0dev", "a.b", "a_b-c", "X_1"])),
+                        (1, hostile_strings))
 
 
 class EditsPlugin(ExampleDiscovery):
@@ -138,7 +137,7 @@ def test_fuzz_cdi_edits(schema_check: Any) -> None:
         checkpoint = Checkpoint(root / "data" / "checkpoint.json")
         node = NodeLogic(DRIVER, inventory, claims, store, checkpoint)
 
-        @fuzz_settings(300)
+        @fuzz_settings(200)
         @given(edits_data, device_names)
         def run(data: dict[str, Any], dev_name: str) -> None:
             with CASES.case("cdi-edits"):

@@ -98,7 +98,7 @@ def check_prepare_answer(sent: list[Triple], response: Any, real: list[Triple]) 
 
 
 def test_fuzz_grpc_requests(agent: DriverHarness, raw: RawDRA, real_claims: list[Triple]) -> None:
-    @fuzz_settings(150)
+    @fuzz_settings(100)
     @given(_claims_strategy(real_claims))
     def run(sent: list[Triple]) -> None:
         with CASES.case("grpc"):

@@ -1,0 +1,109 @@
+"""SpecStore's conflict check with its per-file summary cache and in-flight reservations:
+the rule (no qualified device name in two files of one directory) holds when foreign files
+change, appear or vanish between writes, and for concurrent writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from cdi_helpers import env_device
+
+import cdi.store as store_module
+from cdi.errors import SpecConflictError
+from cdi.store import SpecStore
+
+UIDS = [f"c0ffee00-0000-4000-8000-{i:012d}" for i in range(8)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SpecStore:
+    return SpecStore(tmp_path / "cdi", "k8s.gpu.example.com", "gpu")
+
+
+def _foreign(store: SpecStore, name: str, *devices: str) -> Path:
+    path = store.root_dir / name
+    path.write_text(json.dumps({"cdiVersion": "0.3.0", "kind": store.kind,
+                                "devices": [{"name": d} for d in devices]}))
+    return path
+
+
+def test_foreign_file_rewritten_in_place_is_read_again(store: SpecStore) -> None:
+    store.write(UIDS[0], [env_device("a")])
+    path = _foreign(store, "static.json", "x")
+    with pytest.raises(SpecConflictError):
+        store.write(UIDS[1], [env_device("x")])
+    # Same size, new content: the stamp (mtime/ctime) differs, so it is parsed again.
+    path.write_text(path.read_text().replace('"x"', '"w"'))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert store.write(UIDS[1], [env_device("x")]) == ["k8s.gpu.example.com/gpu=x"]
+    with pytest.raises(SpecConflictError, match=r"static\.json"):
+        store.write(UIDS[2], [env_device("w")])
+
+
+def test_removed_and_added_files_are_seen(store: SpecStore) -> None:
+    store.write(UIDS[0], [env_device("a")])
+    with pytest.raises(SpecConflictError):
+        store.write(UIDS[1], [env_device("a")])
+    store.remove(UIDS[0])
+    store.write(UIDS[1], [env_device("a")])
+    _foreign(store, "late.yaml", "b")
+    with pytest.raises(SpecConflictError, match=r"late\.yaml"):
+        store.write(UIDS[2], [env_device("b")])
+
+
+def test_parses_each_unchanged_file_once(store: SpecStore,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(4):
+        store.write(UIDS[i], [env_device(f"d{i}")])
+    reads: list[str] = []
+    real = store_module.read_spec_summary
+
+    def counting(path: Path) -> tuple[str, list[str]] | None:
+        reads.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(store_module, "read_spec_summary", counting)
+    store.write(UIDS[4], [env_device("d4")])
+    store.write(UIDS[5], [env_device("d5")])
+    # The second write parses only the file the first one added.
+    assert reads.count(store.path_for(UIDS[4]).name) == 1
+    assert all(reads.count(n) <= 1 for n in reads)
+
+
+def test_concurrent_writes_of_one_name_to_two_files(store: SpecStore,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two claims race for the same device name: exactly one file defines it."""
+    inside = threading.Event()
+    release = threading.Event()
+    real = store_module.atomic_write
+
+    def slow(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+        inside.set()
+        assert release.wait(10)
+        real(path, data, mode)
+
+    monkeypatch.setattr(store_module, "atomic_write", slow)
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            store.write(UIDS[0], [env_device("shared")])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert inside.wait(10)
+    try:
+        with pytest.raises(SpecConflictError, match=store.path_for(UIDS[0]).name):
+            store.write(UIDS[1], [env_device("shared")])
+    finally:
+        release.set()
+        t.join(10)
+    assert not errors
+    assert store.exists(UIDS[0]) and not store.exists(UIDS[1])

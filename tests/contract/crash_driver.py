@@ -1,0 +1,310 @@
+"""Crash-consistency driver (issue 10): many prepare/unprepare cycles through the fake kubelet
+against a ``drakit run`` subprocess that is killed with SIGKILL at random moments and at the
+injected points inside prepare (``DRAKIT_CRASH_POINT``), restarted, and retried like the
+kubelet retries. At every quiet point (agent alive, every pending call retried) it checks:
+
+a. every claim the kubelet believes prepared is completed in the checkpoint with its CDI file;
+b. every checkpoint entry has its CDI file;
+c. no CDI file of this driver without a checkpoint entry (after the start-up sweep);
+d. no device recorded for two claims.
+
+Usage::
+
+    python tests/contract/crash_driver.py --cycles 500 [--seed N] [--time-limit SECONDS]
+
+prints progress and finally ``violations: a / b / c / d`` (goal 0 / 0 / 0 / 0) with the
+number of kills. Exit status 0 when there was no violation, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from contract_helpers import DRIVER, Violations, check_invariants
+
+from plugin.testing.fake_kubelet import KubeletCallError, KubeletCheckError
+from plugin.testing.harness import DriverHarness
+
+POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
+CALL_TIMEOUT = 10.0
+POOL = "node-1"
+
+
+@dataclass
+class Claim:
+    obj: dict[str, Any]
+    device: str
+    state: str = "pending-prepare"  # → prepared → pending-unprepare → done
+
+    @property
+    def uid(self) -> str:
+        return str(self.obj["metadata"]["uid"])
+
+    @property
+    def ref(self) -> tuple[str, str, str]:
+        m = self.obj["metadata"]
+        return (m["namespace"], m["name"], m["uid"])
+
+
+@dataclass
+class Report:
+    cycles: int = 0
+    checks: int = 0
+    random_kills: int = 0
+    injected_crashes: dict[str, int] = field(default_factory=dict)
+    restarts: int = 0
+    prepared: int = 0
+    unprepared: int = 0
+    refusals: int = 0
+    violations: Violations = field(default_factory=Violations)
+    temp_files_left: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        a, b, c, d = self.violations.counts()
+        return f"violations: {a} / {b} / {c} / {d}"
+
+    def summary(self) -> str:
+        return (
+            f"{self.line()}  (a kubelet-prepared claim missing / entry without CDI file / "
+            f"CDI file without entry / device prepared for two claims)\n"
+            f"cycles {self.cycles}, invariant checks {self.checks}, restarts {self.restarts}, "
+            f"random SIGKILLs {self.random_kills}, injected crashes "
+            f"{sum(self.injected_crashes.values())} {dict(sorted(self.injected_crashes.items()))}, "
+            f"claims prepared {self.prepared}, unprepared {self.unprepared}, "
+            f"retryable refusals {self.refusals}, temp files left at the end "
+            f"{self.temp_files_left}, {self.seconds:.0f}s"
+        )
+
+
+class CrashDriver:
+    """One run; ``root`` is a scratch directory (removed by the caller)."""
+
+    def __init__(self, root: Path, seed: int, devices: int = 6, kill_rate: float = 0.2,
+                 arm_rate: float = 0.6, log: Callable[[str], None] = print,
+                 kill_first_cycle: bool = False) -> None:
+        self.rng = random.Random(seed)
+        self.kill_rate = kill_rate
+        self.arm_rate = arm_rate
+        self.kill_first_cycle = kill_first_cycle
+        self.log = log
+        self.devices = [f"dev-{i}" for i in range(devices)]
+        self.h = DriverHarness(
+            root, subprocess=True,
+            plugin_options={"example": {"generate": {"count": devices, "prefix": "dev"}}},
+        )
+        self.claims: dict[str, Claim] = {}
+        self.report = Report()
+        self._killed_by_us = False
+        self._serial = 0
+
+    # -- agent lifecycle -------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        """Pick this start's injected crash point (or none)."""
+        if self.rng.random() < self.arm_rate:
+            point = self.rng.choice(POINTS)
+            self.h.env["DRAKIT_CRASH_POINT"] = f"{point}:{self.rng.choice((0.1, 0.25, 0.5))}"
+        else:
+            self.h.env.pop("DRAKIT_CRASH_POINT", None)
+
+    def _dead(self) -> bool:
+        return self.h.process is None or self.h.process.poll() is not None
+
+    def _restart(self) -> None:
+        proc = self.h.process
+        if proc is not None and proc.poll() is not None and not self._killed_by_us:
+            point = self.h.env.get("DRAKIT_CRASH_POINT", "?").split(":")[0]
+            self.report.injected_crashes[point] = self.report.injected_crashes.get(point, 0) + 1
+        self.h.stop_plugin(kill=True)
+        self._killed_by_us = False
+        self._arm()
+        self.h.start_plugin(wait=60)
+        self.report.restarts += 1
+
+    def _random_kill_timer(self) -> threading.Timer | None:
+        forced = self.kill_first_cycle and self.report.cycles == 0
+        if self.rng.random() >= self.kill_rate and not forced:
+            return None
+        proc = self.h.process
+
+        def kill() -> None:
+            if proc is not None and proc.poll() is None:
+                self._killed_by_us = True
+                self.report.random_kills += 1
+                os.kill(proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(self.rng.uniform(0.0, 0.06), kill)
+        timer.start()
+        return timer
+
+    # -- the kubelet's side ------------------------------------------------------------------
+
+    def _free_devices(self) -> list[str]:
+        """Devices the scheduler may allocate: those of claims being unprepared count as free
+        (their claims were deallocated once the pod was gone)."""
+        held = {c.device for c in self.claims.values()
+                if c.state in ("pending-prepare", "prepared")}
+        return [d for d in self.devices if d not in held]
+
+    def _new_claim(self) -> None:
+        free = self._free_devices()
+        if not free:
+            return
+        self._serial += 1
+        dev = self.rng.choice(free)
+        obj = self.h.allocate(f"c{self._serial}", [(POOL, dev)])
+        self.claims[str(obj["metadata"]["uid"])] = Claim(obj, dev)
+
+    def _calls(self) -> bool:
+        """One round of the kubelet's pending calls; False when a call failed at the RPC
+        level (agent gone)."""
+        unprep = [c for c in self.claims.values() if c.state == "pending-unprepare"]
+        prep = [c for c in self.claims.values() if c.state == "pending-prepare"]
+        self.rng.shuffle(prep)
+        # Pods are independent: a new pod's prepare may come before the old pod's
+        # unprepare of the same device (then: busy, retried next round).
+        steps: list[Callable[[], None]] = [functools.partial(self._unprepare, unprep)]
+        steps += [functools.partial(self._prepare, batch) for batch in (prep[:2], prep[2:])]
+        if self.rng.random() < 0.5:
+            steps.reverse()
+        try:
+            for step in steps:
+                step()
+        except (KubeletCallError, KubeletCheckError):
+            return False
+        return True
+
+    def _unprepare(self, claims: list[Claim]) -> None:
+        if not claims:
+            return
+        res = self.h.kubelet.node_unprepare_resources(
+            DRIVER, [c.ref for c in claims], timeout=CALL_TIMEOUT)
+        for c in claims:
+            if res.get(c.uid) == "":
+                c.state = "done"
+                self.report.unprepared += 1
+
+    def _prepare(self, claims: list[Claim]) -> None:
+        if not claims:
+            return
+        res = self.h.kubelet.node_prepare_resources(
+            DRIVER, [c.ref for c in claims], timeout=CALL_TIMEOUT)
+        for c in claims:
+            r = res.get(c.uid)
+            if r is not None and not r.error:
+                c.state = "prepared"
+                self.report.prepared += 1
+            elif r is not None:
+                self.report.refusals += 1
+
+    def _quiesce(self) -> None:
+        """Restart the agent if needed and retry until every call went through."""
+        for _ in range(50):
+            if self._dead():
+                self._restart()
+            if self._calls():
+                pending = [c for c in self.claims.values()
+                           if c.state in ("pending-prepare", "pending-unprepare")]
+                if not pending and not self._dead():
+                    return
+            elif self.h.process is not None:
+                # An RPC failed: the agent is dying (SIGKILL takes a moment) or the
+                # channel is reconnecting. Wait for either.
+                try:
+                    self.h.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    time.sleep(0.2)
+        raise RuntimeError("pending calls did not settle after 50 rounds")
+
+    def _check(self) -> None:
+        believed = {c.uid for c in self.claims.values() if c.state == "prepared"}
+        v = check_invariants(self.h.checkpoint_path, self.h.cdi_dir, believed)
+        self.report.checks += 1
+        if v:
+            self.log(f"cycle {self.report.cycles}: VIOLATION {v}")
+            self.report.violations.add(v)
+
+    def cycle(self) -> None:
+        prepared = [c for c in self.claims.values() if c.state == "prepared"]
+        for c in self.rng.sample(prepared, k=min(len(prepared), self.rng.randint(0, 2))):
+            c.state = "pending-unprepare"
+            if self.rng.random() < 0.3:  # the claim is gone already: unprepare from checkpoint
+                m = c.obj["metadata"]
+                self.h.apiserver.delete_object("resourceclaims", m["name"], m["namespace"])
+        for _ in range(self.rng.randint(1, 2)):
+            self._new_claim()
+        timer = self._random_kill_timer()
+        try:
+            self._calls()
+        finally:
+            if timer is not None:
+                timer.join()  # a kill after the calls returned is a random point too
+        self._quiesce()
+        self._check()
+        for uid in [u for u, c in self.claims.items() if c.state == "done"]:
+            del self.claims[uid]
+        self.report.cycles += 1
+
+    def run(self, cycles: int, time_limit: float | None = None) -> Report:
+        started = time.monotonic()
+        self._arm()
+        self.h.start(wait=60)
+        try:
+            for i in range(cycles):
+                if time_limit is not None and time.monotonic() - started > time_limit:
+                    self.log(f"time limit reached after {i} cycles")
+                    break
+                self.cycle()
+                if (i + 1) % 50 == 0:
+                    self.log(f"{i + 1} cycles, {self.report.line()}, "
+                             f"restarts {self.report.restarts}")
+            # Finally unprepare everything and check the node is clean.
+            for c in self.claims.values():
+                if c.state == "prepared":
+                    c.state = "pending-unprepare"
+            self.h.env.pop("DRAKIT_CRASH_POINT", None)
+            self._quiesce()
+            self._check()
+            self.report.temp_files_left = sum(
+                len(list(d.glob(".*.tmp"))) for d in (self.h.cdi_dir, self.h.data_dir))
+        finally:
+            self.h.stop()
+            self.report.seconds = time.monotonic() - started
+        return self.report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cycles", type=int, default=500)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--devices", type=int, default=6)
+    p.add_argument("--kill-rate", type=float, default=0.2,
+                   help="chance per cycle of a SIGKILL at a random moment of its calls")
+    p.add_argument("--arm-rate", type=float, default=0.6,
+                   help="chance per agent start of arming one injected crash point")
+    p.add_argument("--time-limit", type=float, default=None, help="stop after SECONDS")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="drakit-crash-") as root:
+        driver = CrashDriver(Path(root), args.seed, args.devices, args.kill_rate, args.arm_rate)
+        report = driver.run(args.cycles, args.time_limit)
+    print(report.summary(), flush=True)
+    return 1 if report.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

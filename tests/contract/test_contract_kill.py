@@ -1,0 +1,73 @@
+"""kill -9 of the ``drakit run`` process in the middle of a prepare (at each injected point),
+restart, the kubelet's retry, and a consistent state afterwards; plus a short run of the
+crash-consistency driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from contract_helpers import check_invariants, uid_of
+from crash_driver import CrashDriver
+
+from plugin.checkpoint import Checkpoint
+from plugin.node import CRASH_POINTS, parse_crash_points
+from plugin.testing.fake_kubelet import KubeletCallError
+from plugin.testing.harness import DriverHarness
+
+
+def test_crash_point_parsing() -> None:
+    assert parse_crash_points(None) == {}
+    assert parse_crash_points("after-cdi-write:0.25, after-driver-hook") == {
+        "after-cdi-write": 0.25, "after-driver-hook": 1.0}
+    for bad in ("after-lunch", "after-cdi-write:2", "after-cdi-write:x"):
+        with pytest.raises(ValueError, match="DRAKIT_CRASH_POINT"):
+            parse_crash_points(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_kill_mid_prepare_then_restart_and_retry(
+    harness_factory: Callable[..., DriverHarness], point: str
+) -> None:
+    h = harness_factory(subprocess=True, env={"DRAKIT_CRASH_POINT": point})
+    a = h.allocate("a", [("node-1", "gpu-0")])
+    b = h.allocate("b", [("node-1", "gpu-1")])
+    with pytest.raises(KubeletCallError):
+        h.prepare(a, b, timeout=20)
+    assert h.process is not None
+    assert h.process.wait(timeout=10) == -9  # it killed itself at the point
+    on_disk = Checkpoint(h.checkpoint_path).claims()
+    assert set(on_disk) == {uid_of(a), uid_of(b)}
+    phase = "PrepareCompleted" if point == "after-checkpoint-write" else "PrepareStarted"
+    assert {r.phase for r in on_disk.values()} == {phase}
+
+    h.env.clear()
+    h.stop_plugin(kill=True)
+    h.start_plugin()
+    # After the start-up recovery, before any retry: consistent, nothing half-prepared.
+    expected = {uid_of(a), uid_of(b)} if point == "after-checkpoint-write" else set()
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, expected)
+    assert set(Checkpoint(h.checkpoint_path).claims()) == expected
+    # The kubelet retries; both claims prepare (or are answered from the checkpoint).
+    res = h.prepare(a, b)
+    assert {u: r.error for u, r in res.items()} == {uid_of(a): "", uid_of(b): ""}
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(a), uid_of(b)})
+    assert h.prepare(a, b) == res
+    assert h.unprepare(a, b) == {uid_of(a): "", uid_of(b): ""}
+    assert h.cdi_files() == []
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, set())
+
+
+@pytest.mark.slow
+def test_crash_driver_short_run(tmp_path: Path) -> None:
+    lines: list[str] = []
+    driver = CrashDriver(tmp_path / "crash", seed=7, kill_rate=0.3, arm_rate=0.6,
+                         log=lines.append, kill_first_cycle=True)
+    report = driver.run(cycles=12, time_limit=35)
+    assert report.cycles >= 1, lines
+    assert report.random_kills >= 1
+    assert report.prepared > 0 and report.unprepared > 0
+    assert report.checks >= report.cycles
+    assert not report.violations, (report.summary(), lines)

@@ -1,0 +1,119 @@
+"""The checkpoint's incremental encoding: the file is byte for byte what encoding the whole
+document with ``json.dumps(sort_keys=True)`` gives, records changed in place are re-encoded,
+and a failed change leaves memory equal to the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plugin.canonical_json import CanonicalMapEncoder, canonical
+from plugin.checkpoint import (
+    Checkpoint,
+    CheckpointState,
+    ClaimRecord,
+    PreparedDeviceRecord,
+    UnpreparedRecord,
+)
+
+json_leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.floats()
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                  max_size=3),
+    max_leaves=8,
+)
+
+
+def _record(uid: str, state: dict[str, Any] | None = None) -> ClaimRecord:
+    return ClaimRecord(uid=uid, namespace="ns", name=f"c-{uid}", phase="PrepareCompleted",
+                       devices=[PreparedDeviceRecord(request="r", pool="p", device=f"d-{uid}",
+                                                     state=state or {})])
+
+
+def _expected(path: Path) -> bytes:
+    """The file re-encoded the slow way (the reference format)."""
+    doc = json.loads(path.read_bytes())
+    return canonical(doc).encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), json_value, max_size=4),
+       st.dictionaries(st.text(max_size=6), json_value, max_size=4))
+def test_encoder_matches_json_dumps(first: dict[str, Any], second: dict[str, Any]) -> None:
+    enc = CanonicalMapEncoder()
+    recs = {"b": _record("b", first), "a\u00e9": _record("a", second)}
+    want = canonical({k: r.model_dump(mode="json") for k, r in recs.items()})
+    assert enc.encode(recs) == want
+    # Changed in place: the cached fragment must not be reused.
+    recs["b"].devices[0].state = dict(second)
+    recs["b"].devices[0].state["new"] = [1.5, None]
+    want = canonical({k: r.model_dump(mode="json") for k, r in recs.items()})
+    assert enc.encode(recs) == want
+
+
+def test_non_finite_floats_are_told_apart() -> None:
+    enc = CanonicalMapEncoder()
+    rec = _record("u", {"x": float("inf")})
+    assert "Infinity" in enc.encode({"u": rec})
+    rec.devices[0].state["x"] = None
+    assert enc.encode({"u": rec}) == canonical({"u": rec.model_dump(mode="json")})
+    rec.devices[0].state["x"] = float("nan")
+    assert "NaN" in enc.encode({"u": rec})
+
+
+def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path / "checkpoint.json")
+    cp.load()
+    for i in range(5):
+        cp.update(lambda c, i=i: c.__setitem__(f"uid-{i}", _record(f"uid-{i}")))
+    assert cp.path.read_bytes() == _expected(cp.path)
+
+    def mutate(c: dict[str, ClaimRecord]) -> None:
+        c["uid-2"].owner = "someone"          # in place, top level
+        c["uid-3"].devices[0].state["k"] = 1  # in place, nested
+        del c["uid-4"]
+
+    cp.update(mutate)
+    assert cp.path.read_bytes() == _expected(cp.path)
+    fresh = Checkpoint(cp.path)
+    fresh.load()
+    got = fresh.claims()
+    assert got["uid-2"].owner == "someone"
+    assert got["uid-3"].devices[0].state == {"k": 1}
+    assert "uid-4" not in got
+
+    def marks(s: CheckpointState) -> None:
+        s.unprepared["uid-4"] = UnpreparedRecord(fingerprint="f", at=1e12)
+
+    cp.update_state(marks)
+    assert cp.path.read_bytes() == _expected(cp.path)
+    assert fresh.state().unprepared["uid-4"].fingerprint == "f"
+
+
+def test_failed_change_leaves_memory_as_the_file(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path / "checkpoint.json")
+    cp.load()
+    cp.update(lambda c: c.__setitem__("u", _record("u")))
+    before = cp.path.read_bytes()
+
+    def broken(c: dict[str, ClaimRecord]) -> None:
+        c["u"].owner = "half-done"
+        c["u"].devices[0].state["x"] = 1
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        cp.update(broken)
+    assert cp.path.read_bytes() == before
+    rec = cp.get("u")
+    assert rec is not None and rec.owner is None and rec.devices[0].state == {}
+    # The next write starts from the file's content, not from the half-done change.
+    cp.update(lambda c: c.__setitem__("v", _record("v")))
+    fresh = Checkpoint(cp.path)
+    fresh.load()
+    assert fresh.claims()["u"].owner is None
