@@ -35,13 +35,23 @@ from plugin.status import StatusWriter
 log = logging.getLogger(__name__)
 
 
+class KubeConfigError(RuntimeError):
+    """No usable API server configuration (kubeconfig unreadable, or not in a cluster)."""
+
+
 def kube_api_client(kubeconfig: str | None) -> Any:
-    """A kubernetes ApiClient from ``kubeconfig``, or the in-cluster config when None."""
+    """A kubernetes ApiClient from ``kubeconfig``, or the in-cluster config when None.
+    Raises :class:`KubeConfigError` with a hint when neither works."""
     from kubernetes import client, config
 
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+        config.load_incluster_config()
+    except config.ConfigException as e:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else (
+            "in-cluster config (no --kubeconfig given, and not running in a pod)")
+        raise KubeConfigError(f"{where}: {e}") from None
     return client.ApiClient()
 
 
@@ -109,6 +119,10 @@ class App:
                 ),
             )
         self.inventory = Inventory(plugins)
+        loaded = {p.name for p in plugins} | set(s.discovery)
+        for name in sorted(set(s.plugin_options) - loaded):
+            log.warning("config: discovery.%s is not one of the loaded plugins (%s); ignored",
+                        name, ", ".join(sorted(p.name for p in plugins)))
         _private_dir(s.data_dir)
         self.checkpoint = Checkpoint(s.data_dir / "checkpoint.json")
         self.specs = SpecStore(
@@ -175,17 +189,31 @@ class App:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.http: Any = None
+        if s.http_endpoint:
+            from plugin.http import HTTPEndpoint
+
+            # bound now, before any socket exists: a bad or busy endpoint fails start-up
+            self.http = HTTPEndpoint(s.http_endpoint, self)
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        s = self.settings
+        """Start everything; on failure, stop what was started (sockets removed) and raise."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        self.specs.ensure_ready()
         try:
             self.checkpoint.load()
         except CheckpointError as e:
             log.error("%s; prepare/unprepare will fail until it is fixed", e)
             self.metrics.checkpoint_errors.inc()
         self.inventory.refresh()
+        self._count_discovery_errors()
         self.metrics.devices.set(self.inventory.device_count())
         for pool in self.inventory.pools():
             log.info(
@@ -212,10 +240,8 @@ class App:
             self.hotplug.start()
         self._spawn("health-refresh", self._health_loop)
         self._spawn("orphan-sweep", self._orphan_loop)
-        if s.http_endpoint:
-            from plugin.http import HTTPEndpoint
-
-            self.http = HTTPEndpoint(s.http_endpoint, self)
+        self._spawn("rescan", self._rescan_loop)
+        if self.http is not None:
             self.http.start()
 
     def stop(self) -> None:
@@ -257,6 +283,8 @@ class App:
             reasons.append("ResourceSlices not published yet")
         if self.checkpoint.error:
             reasons.append(self.checkpoint.error)
+        for name, error in sorted(self.inventory.errors.items()):
+            reasons.append(f"discovery plugin {name} failing: {error}")
         return not reasons, reasons
 
     # -- events --------------------------------------------------------------------------
@@ -265,6 +293,7 @@ class App:
         """Re-run discovery (all plugins, or those watching ``subsystems``) and republish
         when the inventory changed; True when it did. The hot-plug path."""
         changed = self.inventory.refresh(subsystems)
+        self._count_discovery_errors()
         if changed:
             self.metrics.devices.set(self.inventory.device_count())
             self.publisher.publish(self.inventory.pools(), wait=False)
@@ -283,9 +312,24 @@ class App:
         log.info("registration socket re-created; republishing ResourceSlices")
         self.publisher.trigger()
 
+    def _count_discovery_errors(self) -> None:
+        if self.inventory.errors:
+            self.metrics.discovery_errors.inc(len(self.inventory.errors))
+
     def _health_loop(self) -> None:
         while not self._stop.wait(max(1.0, self.settings.health_resend_seconds / 2)):
+            if self.inventory.errors:  # retry failing discovery plugins soon
+                self.refresh_inventory()
             self.inventory.refresh_health()
+
+    def _rescan_loop(self) -> None:
+        """Full re-discovery every ``rescan_seconds`` (plugins without hot-plug subsystems,
+        events a monitor missed); publishes only when the inventory changed."""
+        while not self._stop.wait(self.settings.rescan_seconds):
+            try:
+                self.refresh_inventory()
+            except Exception:
+                log.exception("periodic re-discovery failed")
 
     def _orphan_loop(self) -> None:
         while not self._stop.wait(self.settings.orphan_check_seconds):

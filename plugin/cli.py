@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -25,7 +26,13 @@ def _run(argv: Sequence[str]) -> int:
     from plugin.config import add_run_arguments, settings_from_args
     from plugin.logs import setup_logging
 
-    parser = argparse.ArgumentParser(prog="drakit run", description="Run the DRA node agent.")
+    parser = argparse.ArgumentParser(
+        prog="drakit run",
+        description="Run the DRA node agent (until SIGTERM/SIGINT). --driver-name and "
+        "--node-name are required; every flag can also be set by the environment variable "
+        "in brackets.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_run_arguments(parser)
     ns = parser.parse_args(argv)
     try:
@@ -47,7 +54,10 @@ def _run(argv: Sequence[str]) -> int:
         app = App(settings)
         app.start()
     except Exception as e:
-        log.exception("start-up failed: %s", e)
+        if settings.verbosity >= 1 or not isinstance(e, _expected_start_errors()):
+            log.exception("start-up failed: %s", e)
+        else:
+            log.error("start-up failed: %s", e)
         return 1
     try:
         while not stop.wait(3600):
@@ -58,6 +68,14 @@ def _run(argv: Sequence[str]) -> int:
     return 0
 
 
+def _expected_start_errors() -> tuple[type[BaseException], ...]:
+    from discovery.loader import PluginLoadError
+    from plugin.app import KubeConfigError
+    from plugin.grpc.sockets import SocketInUseError
+
+    return (OSError, ValueError, PluginLoadError, SocketInUseError, KubeConfigError)
+
+
 def _cleanup(argv: Sequence[str]) -> int:
     from plugin.app import kube_api_client
     from plugin.resourceapi import ResourceAPI
@@ -66,10 +84,21 @@ def _cleanup(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="drakit cleanup", description="Delete a driver's ResourceSlices of one node."
     )
-    parser.add_argument("--driver-name", required=True)
-    parser.add_argument("--node-name", required=True)
-    parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--driver-name", default=os.environ.get("DRIVER_NAME"),
+                        help="DRA driver name [DRIVER_NAME]")
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                        help="node name [NODE_NAME]")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                        help="kubeconfig; in-cluster config when unset [KUBECONFIG]")
     ns = parser.parse_args(argv)
+    from plugin.names import InvalidNameError, check_driver_name
+
+    if not ns.driver_name or not ns.node_name:
+        parser.error("--driver-name and --node-name are required (or DRIVER_NAME, NODE_NAME)")
+    try:
+        check_driver_name(ns.driver_name, "--driver-name")
+    except InvalidNameError as e:
+        parser.error(str(e))
     deleted = cleanup_slices(
         ResourceAPI(kube_api_client(ns.kubeconfig)), ns.driver_name, ns.node_name
     )
@@ -87,6 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cleanup": "delete a driver's ResourceSlices of a node",
         "demo": "the whole flow on this machine's devices (make run)",
     }
+    if args and args[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"drakit {version('drakit')}")
+        return 0
+    if args and args[0] not in commands and args[0] not in ("-h", "--help"):
+        print(f"drakit: unknown command {args[0]!r}\n", file=sys.stderr)
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         width = max(len(c) for c in commands)
         print("usage: drakit COMMAND [ARGS]\n\ncommands:")

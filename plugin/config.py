@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from plugin.names import check_driver_name
 
@@ -48,6 +48,32 @@ class Settings(BaseModel):
     orphan_grace_seconds: float = 300.0
     orphan_check_seconds: float = 60.0
 
+    @field_validator("http_endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v:
+            from plugin.http import parse_endpoint
+
+            parse_endpoint(v)
+        return v
+
+    @field_validator("discovery")
+    @classmethod
+    def _some_discovery(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("--discovery: name at least one discovery plugin")
+        return v
+
+    @field_validator(
+        "resync_seconds", "rescan_seconds", "health_resend_seconds", "orphan_check_seconds"
+    )
+    @classmethod
+    def _positive(cls, v: float, info: Any) -> float:
+        if not v > 0:
+            flag = "--" + str(info.field_name).replace("_", "-")
+            raise ValueError(f"{flag}: must be greater than zero, got {v}")
+        return v
+
     @field_validator("driver_name")
     @classmethod
     def _driver(cls, v: str) -> str:
@@ -63,12 +89,28 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(name, default)
 
 
-def _bool(v: str | bool | None) -> bool:
-    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _env_bool(name: str) -> bool:
+    """A boolean environment variable; anything but the usual spellings is an error."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise ValueError(f"environment variable {name}={raw!r}: expected true or false")
+    return raw in _TRUE
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``drakit run`` (each defaults to its environment variable)."""
+    """Flags of ``drakit run`` (each defaults to its environment variable). A malformed
+    environment value is a usage error naming the variable."""
+    try:
+        _add_run_arguments(p)
+    except ValueError as e:
+        p.error(str(e))
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--driver-name", default=_env("DRIVER_NAME"), help="DRA driver name [DRIVER_NAME]"
     )
@@ -122,7 +164,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-health",
         action="store_true",
-        default=_bool(_env("DISABLE_HEALTH", "false")),
+        default=_env_bool("DISABLE_HEALTH"),
         help="do not serve or advertise the dra-health stream [DISABLE_HEALTH]",
     )
     p.add_argument(
@@ -133,7 +175,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strict",
         action="store_true",
-        default=_bool(_env("STRICT", "false")),
+        default=_env_bool("STRICT"),
         help="refuse to publish when any device breaks an API rule [STRICT]",
     )
     p.add_argument(
@@ -146,13 +188,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "-v",
         "--verbosity",
         type=int,
-        default=int(_env("VERBOSITY", "0")),
+        default=_env("VERBOSITY", "0"),
         help="0 = info, 1+ = debug [VERBOSITY]",
     )
     p.add_argument(
         "--resync-seconds",
         type=float,
-        default=float(_env("RESYNC_SECONDS", "30")),
+        default=_env("RESYNC_SECONDS", "30"),
         help="ResourceSlice resync period [RESYNC_SECONDS]",
     )
 
@@ -163,18 +205,41 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
     for flag, value in (("--driver-name", ns.driver_name), ("--node-name", ns.node_name)):
         if not value:
             raise ValueError(f"{flag} is required (or its environment variable)")
-    options: dict[str, dict[str, Any]] = {}
-    if ns.config:
-        try:
-            doc = yaml.safe_load(Path(ns.config).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"--config {ns.config}: {e}") from None
-        disc = doc.get("discovery", {}) if isinstance(doc, dict) else None
-        if not isinstance(disc, dict):
-            raise ValueError(
-                f"--config {ns.config}: 'discovery' must be a map of plugin name to options"
-            )
-        options = {str(k): dict(v or {}) for k, v in disc.items()}
+    options = read_config_file(ns.config) if ns.config else {}
+    try:
+        return _settings(ns, options)
+    except ValidationError as e:
+        raise ValueError("; ".join(_describe(err) for err in e.errors())) from None
+
+
+def _describe(err: Any) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return msg if msg.startswith("-") else f"{'.'.join(map(str, err['loc']))}: {msg}"
+
+
+def read_config_file(path: str) -> dict[str, dict[str, Any]]:
+    """The ``discovery`` map of a ``--config`` YAML file: plugin name → options. Any other
+    top-level key, or a plugin entry that is not a map, is an error naming it."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"--config {path}: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"--config {path}: must be a YAML map with a 'discovery' key")
+    unknown = sorted(str(k) for k in doc if k != "discovery")
+    if unknown:
+        raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)} "
+                         "(the file holds only 'discovery')")
+    disc = doc.get("discovery") or {}
+    if not isinstance(disc, dict):
+        raise ValueError(f"--config {path}: 'discovery' must be a map of plugin name to options")
+    for name, opts in disc.items():
+        if opts is not None and not isinstance(opts, dict):
+            raise ValueError(f"--config {path}: discovery.{name}: must be a map of options")
+    return {str(k): dict(v or {}) for k, v in disc.items()}
+
+
+def _settings(ns: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Settings:
     return Settings(
         driver_name=ns.driver_name,
         node_name=ns.node_name,

@@ -1,4 +1,4 @@
-"""``drakit demo`` (what ``make run`` runs): the whole DRA flow on this machine's real devices.
+"""drakit demo (what `make run` runs): the whole DRA flow on this machine's real devices.
 
 Starts the embedded API server, runs ``drakit run`` as a real child process with the ``net``
 and ``pci`` discoverers on this machine's /sys, registers it with the fake kubelet, shows the
@@ -95,12 +95,12 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
 
         _say("2. devices discovered on this machine, published as ResourceSlices")
         slices = h.slices()
-        for s in slices:
+        for i, s in enumerate(slices, 1):
             spec = s["spec"]
             print(
                 f"ResourceSlice {s['metadata']['name']}: pool {spec['pool']['name']} "
                 f"generation {spec['pool']['generation']} "
-                f"(slice 1 of {spec['pool']['resourceSliceCount']}), "
+                f"(slice {i} of {spec['pool']['resourceSliceCount']}), "
                 f"{len(spec.get('devices', []))} device(s)"
             )
             for d in spec.get("devices", []):

@@ -82,7 +82,14 @@ class Metrics:
             lbl,
             registry=r,
         )
+        self._discovery_errors = Counter(
+            "drakit_discovery_errors",
+            "Failed discover() calls of discovery plugins",
+            lbl,
+            registry=r,
+        )
         self.driver = driver
+        self.discovery_errors = self._discovery_errors.labels(driver)
         self.devices = self._devices.labels(driver)
         self.devices_published = self._devices_published.labels(driver)
         self.claims_prepared = self._claims_prepared.labels(driver)

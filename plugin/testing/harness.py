@@ -128,8 +128,31 @@ class DriverHarness:
             self._start_subprocess()
         else:
             self._start_inprocess()
-        self.kubelet.wait_registered(self.driver_name, timeout=wait, min_count=before + 1)
-        self.wait_for(lambda: bool(self.slices()), wait, "ResourceSlices to be published")
+        self.wait_for(
+            lambda: self._alive() and self.kubelet.registration_count(self.driver_name) > before,
+            wait, "the kubelet to register the plugin")
+        self.wait_for(lambda: self._alive() and self.pools_complete(), wait,
+                      "every pool's ResourceSlices to be published")
+
+    def _alive(self) -> bool:
+        """True while the agent runs; raises with the tail of its log when the child exited."""
+        if self.process is not None and self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-20:]
+            raise RuntimeError(f"drakit run exited with status {self.process.returncode}:\n"
+                               + "\n".join(tail))
+        return True
+
+    def pools_complete(self) -> bool:
+        """True when at least one slice exists and, for every pool, all of its
+        resourceSliceCount slices exist with one generation (a whole pool is published)."""
+        pools: dict[str, list[dict[str, Any]]] = {}
+        for s in self.slices():
+            pools.setdefault(s["spec"]["pool"]["name"], []).append(s["spec"]["pool"])
+        return bool(pools) and all(
+            len(ps) == ps[0]["resourceSliceCount"]
+            and len({p["generation"] for p in ps}) == 1
+            for ps in pools.values()
+        )
 
     def _start_inprocess(self) -> None:
         from plugin.app import App

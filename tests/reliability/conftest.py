@@ -43,6 +43,10 @@ def agent() -> Iterator[DriverHarness]:
     root = Path(tempfile.mkdtemp(prefix="drk-rel-"))
     h = DriverHarness(root)
     h.start()
+    # start() returns once the first slice exists; the pool may span several slices (one
+    # holding only the counter sets), so wait for every device of the inventory
+    want = sum(len(p.devices) for p in h.app.inventory.pools())
+    h.wait_for(lambda: len(h.devices()) == want, 30, "all devices to be published")
     try:
         yield h
     finally:
