@@ -34,21 +34,23 @@ class CanonicalMapEncoder:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[str, str]] = {}  # key → (model_dump_json, fragment)
+        # key → (model_dump_json, '"key":fragment' as UTF-8)
+        self._entries: dict[str, tuple[str, bytes]] = {}
 
-    def encode(self, items: Mapping[str, BaseModel]) -> str:
-        """The canonical JSON object of ``items`` (keys sorted as ``json.dumps`` sorts)."""
-        entries: dict[str, tuple[str, str]] = {}
-        parts: list[str] = []
+    def encode(self, items: Mapping[str, BaseModel]) -> bytes:
+        """The canonical JSON object of ``items`` (keys sorted as ``json.dumps`` sorts),
+        UTF-8 encoded (pure ASCII: ``json.dumps`` escapes non-ASCII)."""
+        entries: dict[str, tuple[str, bytes]] = {}
+        parts: list[bytes] = []
         for key in sorted(items):
             model = items[key]
             probe = model.model_dump_json()
             hit = self._entries.get(key)
             if hit is not None and hit[0] == probe:
-                fragment = hit[1]
+                member = hit[1]
             else:
-                fragment = canonical(model.model_dump(mode="json"))
-            entries[key] = (probe, fragment)
-            parts.append(f"{canonical(key)}:{fragment}")
+                member = f"{canonical(key)}:{canonical(model.model_dump(mode='json'))}".encode()
+            entries[key] = (probe, member)
+            parts.append(member)
         self._entries = entries
-        return "{" + ",".join(parts) + "}"
+        return b"{" + b",".join(parts) + b"}"

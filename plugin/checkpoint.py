@@ -167,6 +167,7 @@ class Checkpoint:
         self._lock = threading.RLock()
         self._state = CheckpointState()
         self._raw: bytes | None = None
+        self._buf = bytearray()
         self.error: str | None = None
         self.writes = 0
         self._claims_json = CanonicalMapEncoder()
@@ -204,15 +205,39 @@ class Checkpoint:
         except ValidationError as e:
             raise CheckpointError(f"checkpoint {self.path}: claims: {e}") from None
 
+    def _read(self) -> bytes | None:
+        """The file's bytes (None when missing). When they equal the last bytes seen, that
+        object itself is returned: the comparison reads into a reused buffer, so the
+        frequent "unchanged" case allocates nothing (a fresh copy of a large checkpoint per
+        read churned the heap and grew the RSS)."""
+        try:
+            f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return None
+        with f:
+            last = self._raw
+            if last is None:
+                return f.read()
+            if len(self._buf) != len(last) + 1:
+                self._buf = bytearray(len(last) + 1)  # one spare byte: a longer file shows
+            view = memoryview(self._buf)
+            n = 0
+            while n < len(view):
+                got = f.readinto(view[n:])
+                if not got:
+                    break
+                n += got
+            if n == len(last) and self._buf.startswith(last):
+                return last
+            return bytes(view[:n]) + f.read()
+
     def _refresh(self) -> None:
         try:
-            raw: bytes | None = self.path.read_bytes()
-        except FileNotFoundError:
-            raw = None
+            raw = self._read()
         except OSError as e:
             self.error = f"checkpoint {self.path}: unreadable: {e}"
             raise CheckpointError(self.error) from None
-        if raw == self._raw and self.error is None:
+        if (raw is self._raw or raw == self._raw) and self.error is None:
             return
         try:
             state = self._parse(raw) if raw is not None else CheckpointState()
@@ -323,10 +348,12 @@ class Checkpoint:
         # keys), assembled from per-record fragments that are re-encoded only when changed.
         claims = self._claims_json.encode(state.claims)
         unprepared = self._unprepared_json.encode(state.unprepared)
-        body = f'{{"claims":{claims},"unprepared":{unprepared}}}'.encode()
-        checksum = hashlib.sha256(body).hexdigest()
-        data = (f'{{"checksum":{canonical(checksum)},"claims":{claims},'
-                f'"unprepared":{unprepared},"version":{FORMAT_VERSION}}}').encode()
+        digest = hashlib.sha256(b'{"claims":')
+        for part in (claims, b',"unprepared":', unprepared, b"}"):
+            digest.update(part)
+        data = b"".join((b'{"checksum":', canonical(digest.hexdigest()).encode(), b',"claims":',
+                         claims, b',"unprepared":', unprepared,
+                         b',"version":', str(FORMAT_VERSION).encode(), b"}"))
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             atomic_write(self.path, data, mode=0o600)

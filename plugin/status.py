@@ -49,6 +49,8 @@ class StatusAPI(Protocol):
 
     def remove_claim_status_devices(self, namespace: str, name: str, field_manager: str) -> Any: ...
 
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
+
 
 class StatusError(ValueError):
     """An AllocatedDeviceStatus entry that breaks an API rule; names the field path."""
@@ -321,6 +323,10 @@ class StatusWriter:
                         claim.namespace, claim.name, entries, self.field_manager
                     )
                 else:
+                    # Never clear the entries of a claim re-created under the same name.
+                    current = self.api.get_claim(claim.namespace, claim.name)
+                    if (current.get("metadata") or {}).get("uid") != claim.uid:
+                        return
                     self.api.remove_claim_status_devices(
                         claim.namespace, claim.name, self.field_manager
                     )

@@ -110,3 +110,20 @@ def test_network_data_of_a_real_interface(
     for ip in nd["ips"]:
         iface = ipaddress.ip_interface(ip)
         assert f"{iface.ip}/{iface.network.prefixlen}" == ip
+
+
+def test_unprepare_never_clears_a_recreated_claims_status(harness: DriverHarness) -> None:
+    claim = harness.allocate("same", [("node-1", "gpu-0")])
+    uid = claim["metadata"]["uid"]
+    assert harness.prepare(claim)[uid].error == ""
+    harness.app.status.flush()
+    harness.apiserver.delete_object("resourceclaims", "same", "default")
+    newer = harness.allocate("same", [("node-1", "gpu-0")])
+    harness.app.resource_api.apply_claim_status_devices("default", "same", [{
+        "driver": harness.driver_name, "pool": "node-1", "device": "gpu-0",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Other", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}],
+        field_manager=harness.app.status.field_manager)
+    assert harness.unprepare(claim) == {uid: ""}
+    assert harness.app.status.flush()
+    assert [d["device"] for d in devices_of(harness, newer)] == ["gpu-0"]
