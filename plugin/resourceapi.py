@@ -245,6 +245,13 @@ def _selector(**fields: str | None) -> str | None:
     return ",".join(parts) if parts else None
 
 
+def _meta(name: str, namespace: str, uid: str | None) -> dict[str, str]:
+    meta = {"name": name, "namespace": namespace}
+    if uid:
+        meta["uid"] = uid  # a precondition: the server answers 409 for another object
+    return meta
+
+
 class ResourceAPI:
     """resource.k8s.io ResourceSlices and ResourceClaims in the v1 shape, on any server.
 
@@ -308,17 +315,18 @@ class ResourceAPI:
 
     def apply_claim_status_devices(self, namespace: str, name: str,
                                    entries: list[dict[str, Any]],
-                                   field_manager: str) -> dict[str, Any]:
+                                   field_manager: str, uid: str | None = None) -> dict[str, Any]:
         """Server-side apply ``status.devices`` (AllocatedDeviceStatus entries, v1 JSON:
         driver, pool, device, optional shareID, conditions, data, networkData) on the
         claim's status subresource as ``field_manager`` with force. The manager then owns
         exactly these entries: entries it applied before and leaves out now are removed.
+        With ``uid`` the server refuses (409) a claim re-created under the same name.
         Returns the claim (v1 shape)."""
         version = self.version
         body: dict[str, Any] = {
             "apiVersion": convert.api_version(version),
             "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": _meta(name, namespace, uid),
             "status": {"devices": entries},
         }
         obj = self._custom.patch_namespaced_custom_object_status(
@@ -327,14 +335,16 @@ class ResourceAPI:
         return convert.claim_from_version(_dict(obj), version)
 
     def remove_claim_status_devices(self, namespace: str, name: str,
-                                    field_manager: str) -> dict[str, Any] | None:
+                                    field_manager: str,
+                                    uid: str | None = None) -> dict[str, Any] | None:
         """Withdraw every ``status.devices`` entry ``field_manager`` applied (apply of an
-        empty configuration). Returns the claim, or None when it no longer exists."""
+        empty configuration). Returns the claim, or None when it no longer exists. With
+        ``uid`` the server refuses (409) a claim re-created under the same name."""
         version = self.version
         body: dict[str, Any] = {
             "apiVersion": convert.api_version(version),
             "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": _meta(name, namespace, uid),
         }
         try:
             obj = self._custom.patch_namespaced_custom_object_status(

@@ -44,12 +44,13 @@ _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", re.ASCII)
 
 class StatusAPI(Protocol):
     def apply_claim_status_devices(
-        self, namespace: str, name: str, entries: list[dict[str, Any]], field_manager: str
+        self, namespace: str, name: str, entries: list[dict[str, Any]], field_manager: str,
+        uid: str | None = None,
     ) -> Any: ...
 
-    def remove_claim_status_devices(self, namespace: str, name: str, field_manager: str) -> Any: ...
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
+    def remove_claim_status_devices(
+        self, namespace: str, name: str, field_manager: str, uid: str | None = None
+    ) -> Any: ...
 
 
 class StatusError(ValueError):
@@ -227,8 +228,8 @@ def is_retryable(exc: BaseException) -> tuple[bool, float | None]:
     status = getattr(exc, "status", None)
     if status is None:
         return True, None
-    if status == 404:
-        return False, None
+    if status == 404 or (status == 409 and "Precondition failed: UID" in str(exc)):
+        return False, None  # gone, or re-created under the same name: nothing to write
     retry_after = None
     headers = getattr(exc, "headers", None) or {}
     try:
@@ -318,24 +319,21 @@ class StatusWriter:
                 if claim.uid in self._pending:
                     return  # a newer desired state superseded this one
             try:
+                # uid: never touch a claim re-created under the same name (409, dropped)
                 if entries:
                     self.api.apply_claim_status_devices(
-                        claim.namespace, claim.name, entries, self.field_manager
+                        claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid
                     )
                 else:
-                    # Never clear the entries of a claim re-created under the same name.
-                    current = self.api.get_claim(claim.namespace, claim.name)
-                    if (current.get("metadata") or {}).get("uid") != claim.uid:
-                        return
                     self.api.remove_claim_status_devices(
-                        claim.namespace, claim.name, self.field_manager
+                        claim.namespace, claim.name, self.field_manager, uid=claim.uid
                     )
                 self.writes += 1
                 return
             except Exception as e:
                 retry, after = is_retryable(e)
                 if not retry:
-                    if getattr(e, "status", None) != 404:
+                    if getattr(e, "status", None) not in (404, 409):
                         self._failed(claim, f"{e}")
                     return
                 if attempt == self.max_attempts:

@@ -357,6 +357,13 @@ class Registry:
             sent_rv = config_meta.get("resourceVersion")
             if sent_rv and sent_rv != live["metadata"].get("resourceVersion"):
                 raise errors.conflict(info.plural, info.group, name)
+            sent_uid = config_meta.get("uid")
+            if sent_uid and sent_uid != live["metadata"].get("uid"):
+                raise errors.conflict(
+                    info.plural, info.group, name,
+                    f"Precondition failed: UID in precondition: {sent_uid}, UID in object "
+                    f"meta: {live['metadata'].get('uid')}",
+                )
             outcome = ssa.apply(
                 live, applied, manager=field_manager, subresource=subresource,
                 owners=self.store.owners(key), list_maps=list_maps, force=force,

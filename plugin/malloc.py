@@ -1,0 +1,47 @@
+"""Process memory policy of ``drakit run``: cap glibc's malloc arenas.
+
+glibc gives threads their own malloc arenas (up to 8 per CPU) and keeps the memory freed in
+each one. The agent runs many threads (gRPC workers, status writer, publisher, watchers), so
+transient buffers (checkpoint encodings, API bodies) freed on different threads leave RSS
+that is never returned: measured with 1,000 claims prepared by 16 concurrent callers, 166 MB
+with the default arenas against 124 MB with 2 (``make bench``, rss_loaded). Capping the
+arenas is what ``MALLOC_ARENA_MAX=2`` does; it is applied here so no deployment has to
+remember the variable. An explicit ``MALLOC_ARENA_MAX`` in the environment wins.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+#: glibc's mallopt parameter number of M_ARENA_MAX (malloc.h).
+M_ARENA_MAX = -8
+DEFAULT_ARENAS = 2
+
+
+def limit_malloc_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
+    """Cap glibc malloc arenas at ``arenas`` for threads created from now on (call it
+    before starting threads). Returns True when applied; False when the C library is not
+    glibc, ``MALLOC_ARENA_MAX`` is set, or mallopt refused."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return False
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    ok = mallopt(M_ARENA_MAX, arenas) == 1
+    if not ok:
+        log.debug("mallopt(M_ARENA_MAX, %d) refused", arenas)
+    return ok
