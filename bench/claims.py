@@ -7,13 +7,23 @@ server to create claims in), so the same code drives drakit and kubernetes-pydra
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from bench.env import NODE, BenchConfig, agent, agent_pid, example_options, fsync_floor_ms, rss_mb
+from bench.env import (
+    NODE,
+    BenchConfig,
+    agent,
+    agent_pid,
+    cpu_seconds,
+    example_options,
+    fsync_floor_ms,
+    rss_mb,
+)
 from bench.figures import Result
 from bench.stats import percentile
 from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
@@ -79,22 +89,48 @@ def latency_ms(bench: ClaimBench, claims: Sequence[ClaimRef]) -> tuple[list[floa
     return prep, unprep
 
 
-def _fan_out(fn: object, claims: Sequence[ClaimRef], callers: int, timeout: float) -> float:
+def _fan_out(fn: Callable[[ClaimRef], None], claims: Sequence[ClaimRef], callers: int,
+             timeout: float) -> float:
     """Run ``fn(claim)`` for every claim on ``callers`` threads; return the wall seconds."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(callers, thread_name_prefix="bench-caller") as pool:
-        futures = [pool.submit(fn, c) for c in claims]  # type: ignore[arg-type]
+        futures = [pool.submit(fn, c) for c in claims]
         for f in futures:
             f.result(timeout=timeout)
     return time.perf_counter() - t0
 
 
-def throughput(bench: ClaimBench, claims: Sequence[ClaimRef], callers: int = CALLERS) -> float:
-    """Prepare all ``claims`` (one claim per call) from ``callers`` concurrent callers;
-    returns claims per second. Unprepares them afterwards (not timed)."""
+@dataclass
+class Throughput:
+    """One throughput round: claims per second, and CPU milliseconds per prepared claim of
+    the agent (``pid``) and of this process (fake kubelet client + embedded API server),
+    counted until the claims' AllocatedDeviceStatus applies landed."""
+
+    rate: float
+    agent_cpu_ms: float | None = None
+    bench_cpu_ms: float | None = None
+
+
+def throughput(bench: ClaimBench, claims: Sequence[ClaimRef], callers: int = CALLERS,
+               pid: int | None = None, expect_status: bool = True) -> Throughput:
+    """Prepare all ``claims`` (one claim per call) from ``callers`` concurrent callers.
+    Unprepares them afterwards (not timed). With ``pid``, CPU is counted until every claim
+    got its status write (``expect_status``) or at once."""
+    status_before = bench.apiserver.write_counts()["resourceclaims/status"]
+    c0 = cpu_seconds(pid) if pid else 0.0
+    b0 = time.process_time()
     seconds = _fan_out(bench.prepare, claims, callers, 120.0)
+    out = Throughput(len(claims) / seconds)
+    if pid:
+        deadline = time.monotonic() + 30
+        while (expect_status
+               and bench.apiserver.write_counts()["resourceclaims/status"] - status_before
+               < len(claims) and time.monotonic() < deadline):
+            time.sleep(0.01)
+        out.agent_cpu_ms = (cpu_seconds(pid) - c0) / len(claims) * 1000
+        out.bench_cpu_ms = (time.process_time() - b0) / len(claims) * 1000
     _fan_out(bench.unprepare, claims, callers, 120.0)
-    return len(claims) / seconds
+    return out
 
 
 def latency_results(prefix: str, rounds: list[tuple[list[float], list[float]]]) -> list[Result]:
@@ -110,43 +146,78 @@ def latency_results(prefix: str, rounds: list[tuple[list[float], list[float]]]) 
 
 
 def run_claims(cfg: BenchConfig) -> list[Result]:
-    """Latency, throughput, fsync floor and loaded RSS on one agent with 1,000 devices."""
+    """Latency, throughput, fsync floor and loaded RSS on one agent with 1,000 devices.
+
+    The fsync floor is probed right before and after each latency round, in the agent's CDI
+    directory, so it reflects the disk as the round saw it (shared machines vary a lot).
+    """
     n_devices = cfg.scale(1000, 64)
     rounds = cfg.scale(3, 1)
     calls = cfg.scale(300, 10)
     n_tp = cfg.scale(256, 32)
+    probes = cfg.scale(10, 2)
     with agent(cfg, "claims-", plugin_options=example_options(n_devices)) as h:
         h.wait_for(lambda: len(h.devices()) >= n_devices, 30, f"{n_devices} devices published")
         devices = h.devices()
+        pid = agent_pid(h)
         bench = ClaimBench(h.kubelet, h.apiserver, h.driver_name)
         # Warm-up: connections, lazy imports and caches on both sides.
         latency_ms(bench, bench.claims("warm", [devices[0]] * cfg.scale(30, 3)))
-        lat = [latency_ms(bench, bench.claims(f"lat{r}", [devices[0]] * calls))
-               for r in range(rounds)]
+        floor = Result("fsync_floor")
+        cpu = Result("claim_cpu")
+        lat = []
+        for r in range(rounds):
+            claims = bench.claims(f"lat{r}", [devices[0]] * calls)
+            floor.samples.extend(fsync_floor_ms(h.cdi_dir, probes))
+            c0 = cpu_seconds(pid)
+            lat.append(latency_ms(bench, claims))
+            cpu.samples.append((cpu_seconds(pid) - c0) / calls * 1000)
+            floor.samples.extend(fsync_floor_ms(h.cdi_dir, probes))
         results = latency_results("", lat)
-
-        floor = Result("fsync_floor", samples=fsync_floor_ms(h.cdi_dir, cfg.scale(50, 5)))
-        prep_floor = 3 * floor.summary.median if floor.summary else 0.0
-        floor.notes.append(
-            f"a prepare makes 3 atomic writes (checkpoint PrepareStarted, CDI spec, checkpoint "
-            f"PrepareCompleted) = {prep_floor:.2f} ms of fsync; an unprepare 1 atomic write + "
-            f"1 directory fsync")
-        results.append(floor)
-        p50 = results[0].summary
-        if p50 is not None and prep_floor >= 0.5 * p50.median:
-            results[0].notes.append(
-                f"fsync dominates: {prep_floor:.2f} ms of the {p50.median:.2f} ms p50 is the "
-                f"physical floor of 3 durable writes on this disk")
+        results += [floor, cpu]
+        _floor_notes(results[0], floor)
+        cpu.notes.append("agent process CPU (user + system) per prepare + unprepare pair in "
+                         "the latency rounds, incl. its background AllocatedDeviceStatus "
+                         "writes; noise-robust, unlike wall-clock figures")
 
         tp = Result("prepare_throughput")
+        agent_cpu, bench_cpu = [], []
         for r in range(rounds):
-            tp.samples.append(throughput(bench, bench.claims(f"tp{r}", devices[:n_tp])))
-        tp.extra["claims"] = n_tp
-        tp.extra["callers"] = CALLERS
+            got = throughput(bench, bench.claims(f"tp{r}", devices[:n_tp]), pid=pid)
+            tp.samples.append(got.rate)
+            agent_cpu.append(got.agent_cpu_ms or 0.0)
+            bench_cpu.append(got.bench_cpu_ms or 0.0)
+        tp.extra.update(claims=n_tp, callers=CALLERS,
+                        agent_cpu_ms_per_claim=[round(x, 2) for x in agent_cpu],
+                        bench_cpu_ms_per_claim=[round(x, 2) for x in bench_cpu])
+        total = percentile(agent_cpu, 50) + percentile(bench_cpu, 50)
+        tp.notes.append(
+            f"CPU per prepared claim: agent {percentile(agent_cpu, 50):.1f} ms + bench process "
+            f"(fake kubelet, embedded API server) {percentile(bench_cpu, 50):.1f} ms = "
+            f"{total:.1f} ms; {os.cpu_count()} CPUs allow at most "
+            f"{(os.cpu_count() or 1) * 1000 / total:.0f} claims/s")
         results.append(tp)
 
         results.append(_loaded_rss(cfg, h, bench, devices[:n_devices]))
     return results
+
+
+def _floor_notes(p50: Result, floor: Result) -> None:
+    f = floor.summary
+    p = p50.summary
+    if f is None or p is None:
+        return
+    prep_floor = 3 * f.median
+    floor.notes.append(
+        f"a prepare makes 3 atomic writes (checkpoint PrepareStarted, CDI spec, checkpoint "
+        f"PrepareCompleted: 6 fsyncs) = {prep_floor:.2f} ms at the median floor "
+        f"({3 * f.p90:.2f} ms at p90); an unprepare 1 atomic write + 1 unlink with a "
+        f"directory fsync")
+    share = prep_floor / p.median if p.median else 0.0
+    verdict = "dominates" if share >= 0.5 else "is a minor part of"
+    p50.notes.append(f"fsync {verdict} prepare latency: {prep_floor:.2f} ms of the "
+                     f"{p.median:.2f} ms p50 ({share:.0%}) is the physical floor of 3 durable "
+                     f"writes on this disk")
 
 
 def _loaded_rss(cfg: BenchConfig, h: object, bench: ClaimBench,

@@ -95,6 +95,13 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` used so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def agent_pid(h: DriverHarness) -> int:
     if h.process is None:
         raise RuntimeError("the agent is not running as a child process")

@@ -55,6 +55,8 @@ SPECS: dict[str, FigureSpec] = {
         FigureSpec("unprepare_p99", "NodeUnprepareResources 1 claim, p99", "ms", Goal("<=", 10)),
         FigureSpec("fsync_floor", "atomic_write of a small file (fsync floor)", "ms",
                    Goal("report")),
+        FigureSpec("claim_cpu", "agent CPU per prepare + unprepare (1 claim x 1 device)",
+                   "ms", Goal("report")),
         FigureSpec("prepare_throughput", "prepare throughput, 256 claims / 16 callers",
                    "claims/s", Goal(">=", 300)),
         FigureSpec("publish_cold_10k", "cold publish of 10,000 devices until all slices exist",

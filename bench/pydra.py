@@ -26,11 +26,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from bench.claims import ClaimBench, latency_ms, latency_results, throughput
-from bench.env import KUBELET_POLL, NODE, BenchConfig
+from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail
 from bench.figures import Result
 from plugin.testing.apiserver import EmbeddedAPIServer
 from plugin.testing.fake_kubelet import FakeKubelet
@@ -72,6 +73,9 @@ def ensure_pydra() -> tuple[Path | None, str]:
 def pydra_agent(cfg: BenchConfig, target: Path) -> Iterator[ClaimBench]:
     """API server + fake kubelet + pydra's network plugin as a child; all stopped on exit."""
     root = cfg.tempdir("pydra-")
+    if len(str(root)) > 40:  # unix socket paths must fit in 107 bytes
+        shutil.rmtree(root)
+        root = Path(tempfile.mkdtemp(prefix="pydra-"))
     registrar = root / "registry"
     plugin_dir = root / "plugins" / PYDRA_DRIVER
     cdi = root / "cdi"
@@ -97,7 +101,11 @@ def pydra_agent(cfg: BenchConfig, target: Path) -> Iterator[ClaimBench]:
         with open(root / "pydra.log", "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", PYDRA_MODULE], env=env, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        kubelet.wait_registered(PYDRA_DRIVER, timeout=30)
+        try:
+            kubelet.wait_registered(PYDRA_DRIVER, timeout=30)
+        except TimeoutError as e:
+            raise RuntimeError(f"kubernetes-pydra did not register: {e}; log tail:\n"
+                               f"{log_tail(root / 'pydra.log')}") from e
         yield ClaimBench(kubelet, api, PYDRA_DRIVER)
     finally:
         try:
@@ -132,7 +140,7 @@ def run_pydra(cfg: BenchConfig) -> list[Result]:
         results = [r for r in latency_results("pydra_", lat) if r.name in names]
         tp = Result("pydra_throughput")
         for r in range(rounds):
-            tp.samples.append(throughput(bench, bench.claims(f"tp{r}", devices)))
+            tp.samples.append(throughput(bench, bench.claims(f"tp{r}", devices)).rate)
         results.append(tp)
     results[0].notes.append(
         "kubernetes-pydra 0.1.0 network plugin, unmodified, as a child process; per claim it "

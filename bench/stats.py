@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0–100) with linear interpolation between closest ranks
-    (numpy's default). Raises ValueError for an empty sequence or q outside 0–100."""
+    """The ``q``-th percentile (0-100) with linear interpolation between closest ranks
+    (numpy's default). Raises ValueError for an empty sequence or q outside 0-100."""
     if not values:
         raise ValueError("percentile of no values")
     if not 0 <= q <= 100:

@@ -223,21 +223,46 @@ class SpecStore:
 
     def _check_conflicts(self, own: Path, names: frozenset[str]) -> None:
         """Refuse ``names`` when another spec file of this kind in ``root_dir`` (or a write
-        in progress to another file) defines one of them. Called with ``_lock`` held.
+        in progress to another file) defines one of them; the first such file by name is
+        reported. Called with ``_lock`` held.
 
         Each file is parsed once per stat stamp (device, inode, mtime, ctime, size), so a
         write costs one ``scandir`` plus one ``stat`` per file instead of parsing every file.
         """
-        present: set[str] = set()
-        for other, stamp in self._scan():
-            present.add(other.name)
-            if other.name == own.name:
-                continue
-            summary = self._summary(other, stamp)
-            if summary is not None and summary[0] == self.kind:
-                self._refuse(names.intersection(summary[1]), str(other))
-        for stale in set(self._summaries) - present:
-            del self._summaries[stale]
+        cache = self._summaries
+        seen: dict[str, tuple[_Stamp, tuple[str, frozenset[str]] | None]] = {}
+        clashes: list[tuple[str, frozenset[str]]] = []
+        try:
+            entries = os.scandir(self.root_dir)
+        except FileNotFoundError:
+            entries = None
+        if entries is not None:
+            with entries:
+                for entry in entries:
+                    name = entry.name
+                    if not name.endswith(SPEC_FILE_EXTENSIONS):
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=True)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+                    hit = cache.get(name)
+                    if hit is None or hit[0] != stamp:
+                        raw = read_spec_summary(Path(entry.path))
+                        hit = (stamp, (raw[0], frozenset(raw[1])) if raw is not None else None)
+                    seen[name] = hit
+                    summary = hit[1]
+                    if name != own.name and summary is not None and summary[0] == self.kind:
+                        clash = names.intersection(summary[1])
+                        if clash:
+                            clashes.append((name, clash))
+        self._summaries = seen
+        if clashes:
+            name, clash = min(clashes)
+            self._refuse(clash, str(self.root_dir / name))
         for file_name, pending in self._pending.values():
             if file_name != own.name:
                 self._refuse(names.intersection(pending), str(self.root_dir / file_name))
@@ -251,34 +276,6 @@ class SpecStore:
                 qname,
                 other_file,
             )
-
-    def _scan(self) -> list[tuple[Path, _Stamp]]:
-        """Like :func:`spec_files`, with each file's stat stamp; sorted by name."""
-        out = []
-        try:
-            entries = list(os.scandir(self.root_dir))
-        except FileNotFoundError:
-            return []
-        for entry in entries:
-            if not entry.name.endswith(SPEC_FILE_EXTENSIONS):
-                continue
-            try:
-                st = entry.stat(follow_symlinks=True)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
-                out.append((Path(entry.path), stamp))
-        return sorted(out)
-
-    def _summary(self, path: Path, stamp: _Stamp) -> tuple[str, frozenset[str]] | None:
-        cached = self._summaries.get(path.name)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        raw = read_spec_summary(path)
-        summary = (raw[0], frozenset(raw[1])) if raw is not None else None
-        self._summaries[path.name] = (stamp, summary)
-        return summary
 
     def remove(self, claim_uid: str) -> bool:
         """Remove the claim's spec file durably. Returns False when there was none.

@@ -2,19 +2,23 @@
 separators=(",", ":"))``) of maps of pydantic models, re-encoding only the models whose
 content changed since the previous call.
 
-The checkpoint is one file holding every prepared claim; encoding all of them on each write
-made a write cost O(claims) in Python (model dump + JSON + deep copies: ~90 ms at 1,000
-claims). With :class:`CanonicalMapEncoder` a write re-encodes only the changed records and
-joins cached fragments, producing exactly the bytes ``json.dumps`` would.
+The checkpoint is one file holding every prepared claim and every recent ``unprepared``
+mark; encoding all of them on each write made a write cost O(records) in Python (model dump
++ JSON + deep copies: ~90 ms at 1,000 claims). With :class:`CanonicalMapEncoder` a write
+re-encodes only the changed records and joins cached fragments, producing exactly the bytes
+``json.dumps`` would.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def canonical(value: Any) -> str:
@@ -22,35 +26,48 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+class _Entry(NamedTuple):
+    model: BaseModel
+    values: tuple[Any, ...]  # the field values encoded (kept alive: compared by identity)
+    probe: str | None  # model_dump_json() when a field holds a container, else None
+    member: bytes  # '"key":fragment' as UTF-8
+
+
 class CanonicalMapEncoder:
     """Encodes ``{key: model}`` maps as canonical JSON objects, caching each model's
     fragment by key.
 
-    A cached fragment is reused only when the model's ``model_dump_json()`` equals the one
-    it was made from, so a model changed in place is re-encoded too. The models must
-    serialise non-finite floats distinctly (``ser_json_inf_nan="constants"``), or a change
-    between ``inf``, ``nan`` and ``None`` could go unseen. Not thread-safe (the checkpoint
-    calls it under its lock).
+    A cached fragment is reused only for the same model object whose field values are the
+    very objects encoded before (so an attribute assigned in place is seen) and, when a
+    field holds a container (list, dict, model), whose ``model_dump_json()`` is unchanged
+    (so a container changed in place is seen too). Not thread-safe (the checkpoint calls it
+    under its lock).
     """
 
     def __init__(self) -> None:
-        # key → (model_dump_json, '"key":fragment' as UTF-8)
-        self._entries: dict[str, tuple[str, bytes]] = {}
+        self._entries: dict[str, _Entry] = {}
 
     def encode(self, items: Mapping[str, BaseModel]) -> bytes:
         """The canonical JSON object of ``items`` (keys sorted as ``json.dumps`` sorts),
         UTF-8 encoded (pure ASCII: ``json.dumps`` escapes non-ASCII)."""
-        entries: dict[str, tuple[str, bytes]] = {}
+        old = self._entries
+        entries: dict[str, _Entry] = {}
         parts: list[bytes] = []
         for key in sorted(items):
             model = items[key]
-            probe = model.model_dump_json()
-            hit = self._entries.get(key)
-            if hit is not None and hit[0] == probe:
-                member = hit[1]
-            else:
-                member = f"{canonical(key)}:{canonical(model.model_dump(mode='json'))}".encode()
-            entries[key] = (probe, member)
-            parts.append(member)
+            values = tuple(model.__dict__.values())
+            hit = old.get(key)
+            if (hit is None or hit.model is not model or len(hit.values) != len(values)
+                    or not all(map(operator.is_, hit.values, values))
+                    or (hit.probe is not None and hit.probe != model.model_dump_json())):
+                hit = _encode(key, model, values)
+            entries[key] = hit
+            parts.append(hit.member)
         self._entries = entries
         return b"{" + b",".join(parts) + b"}"
+
+
+def _encode(key: str, model: BaseModel, values: tuple[Any, ...]) -> _Entry:
+    scalar = all(type(v) in _SCALARS for v in values)
+    member = f"{canonical(key)}:{canonical(model.model_dump(mode='json'))}".encode()
+    return _Entry(model, values, None if scalar else model.model_dump_json(), member)

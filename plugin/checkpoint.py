@@ -339,10 +339,9 @@ class Checkpoint:
 
     def _write(self, state: CheckpointState) -> None:
         now = time.time()
-        marks = sorted(
-            ((uid, u) for uid, u in state.unprepared.items() if now - u.at < UNPREPARED_TTL),
-            key=lambda item: item[1].at,
-        )[-UNPREPARED_MAX:]
+        marks = [(uid, u) for uid, u in state.unprepared.items() if now - u.at < UNPREPARED_TTL]
+        if len(marks) > UNPREPARED_MAX:  # keep the newest
+            marks = sorted(marks, key=lambda item: item[1].at)[-UNPREPARED_MAX:]
         state.unprepared = dict(marks)
         # The canonical JSON of {"version", "checksum", "claims", "unprepared"} (sorted
         # keys), assembled from per-record fragments that are re-encoded only when changed.

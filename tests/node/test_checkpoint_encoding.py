@@ -117,3 +117,15 @@ def test_failed_change_leaves_memory_as_the_file(tmp_path: Path) -> None:
     fresh = Checkpoint(cp.path)
     fresh.load()
     assert fresh.claims()["u"].owner is None
+
+
+@pytest.mark.parametrize("before,after", [(1.0, -0.0), (0.0, -0.0), (1.0, float("nan")),
+                                          (float("inf"), float("nan"))])
+def test_scalar_records_changed_in_place(before: float, after: float) -> None:
+    enc = CanonicalMapEncoder()
+    mark = UnpreparedRecord(fingerprint="f", at=before)
+    enc.encode({"u": mark})
+    mark.at = after
+    assert enc.encode({"u": mark}) == canonical({"u": mark.model_dump(mode="json")}).encode()
+    mark.fingerprint = None
+    assert enc.encode({"u": mark}) == canonical({"u": mark.model_dump(mode="json")}).encode()

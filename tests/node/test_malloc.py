@@ -1,0 +1,34 @@
+"""plugin.malloc: the arena cap applies on glibc and yields to an explicit MALLOC_ARENA_MAX."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from plugin.malloc import limit_malloc_arenas
+
+SCRIPT = "from plugin.malloc import limit_malloc_arenas; print(limit_malloc_arenas())"
+
+
+def _run(env: dict[str, str]) -> str:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_explicit_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limit_malloc_arenas() is False
+
+
+@pytest.mark.skipif(not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6")
+                    and not os.path.exists("/lib/aarch64-linux-gnu/libc.so.6"),
+                    reason="not a glibc system")
+def test_applied_on_glibc() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    assert _run(env) == "True"
+    assert _run({**env, "MALLOC_ARENA_MAX": "8"}) == "False"
