@@ -23,8 +23,9 @@ test: install
 	$(PY) -m pytest -q -ra
 
 lint: install
-	$(VENV)/bin/ruff check plugin discovery cdi tests scripts
+	$(VENV)/bin/ruff check plugin discovery cdi tests scripts bench examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy bench
 
 proto: install
 	$(PY) scripts/gen_proto.py
