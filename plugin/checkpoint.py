@@ -37,10 +37,10 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -127,6 +127,12 @@ class CheckpointState:
     claims: dict[str, ClaimRecord] = field(default_factory=dict)
     unprepared: dict[str, UnpreparedRecord] = field(default_factory=dict)
 
+    def peek_claims(self) -> Iterable[tuple[str, ClaimRecord]]:
+        """(claim UID, record) pairs without copying them (read only: never mutate them;
+        inside a change, records obtained otherwise are copies and may be mutated)."""
+        claims = self.claims
+        return claims.peek_items() if isinstance(claims, _CopyOnAccess) else claims.items()
+
     def copy(self) -> CheckpointState:
         return CheckpointState(
             {k: v.model_copy(deep=True) for k, v in self.claims.items()},
@@ -137,6 +143,110 @@ class CheckpointState:
 def _checksum(body: Any) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(canonical).hexdigest()
+
+
+class _Request(Generic[T]):
+    """One caller's change waiting for (or done by) a group commit."""
+
+    __slots__ = ("after", "change", "done", "error", "result", "written")
+
+    def __init__(self, change: Callable[[CheckpointState], T],
+                 after: Callable[[T], None] | None) -> None:
+        self.change = change
+        self.after = after
+        self.result: T | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.written = False
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _CopyOnAccess(dict[str, M]):
+    """The map a change function gets: a shallow copy of the committed map whose records
+    are deep-copied the first time the change reads them (``[]``, ``get``, ``pop``,
+    ``setdefault``, ``items``, ``values``...), so a change that mutates records in place and
+    then raises leaves the committed records (and the other changes of its batch)
+    untouched. ``peek_items`` reads without copying (the caller must not mutate).
+    Values a change assigns are copied once when its change returns (:func:`_owned`), so the
+    caller keeping a reference cannot change memory behind the file's back."""
+
+    def __init__(self, base: dict[str, M]) -> None:
+        super().__init__(base)
+        self.copied: set[str] = set()
+        self.assigned: set[str] = set()
+
+    def __getitem__(self, key: str) -> M:
+        value = dict.__getitem__(self, key)
+        if key not in self.copied:
+            value = value.model_copy(deep=True)
+            dict.__setitem__(self, key, value)
+            self.copied.add(key)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        return default
+
+    def __setitem__(self, key: str, value: M) -> None:
+        dict.__setitem__(self, key, value)
+        self.copied.add(key)
+        self.assigned.add(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            value = self[key]
+            dict.__delitem__(self, key)
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def popitem(self) -> tuple[str, M]:
+        key = next(reversed(self.keys()))
+        return key, self.pop(key)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def items(self) -> Any:
+        return [(key, self[key]) for key in list(self.keys())]
+
+    def values(self) -> Any:
+        return [self[key] for key in list(self.keys())]
+
+    def copy(self) -> dict[str, M]:
+        return dict(self.items())
+
+    def __or__(self, other: Any) -> Any:
+        return self.copy() | other
+
+    def __ior__(self, other: Any) -> Any:
+        self.update(other)
+        return self
+
+    def peek_items(self) -> Any:
+        return dict.items(self)
+
+
+def _owned(work: dict[str, M]) -> dict[str, M]:
+    """The map a change left, as a plain dict whose records the checkpoint alone holds."""
+    if not isinstance(work, _CopyOnAccess):  # the change replaced the whole map
+        return {k: v.model_copy(deep=True) for k, v in work.items()}
+    out = dict(work.peek_items())
+    for key in work.assigned:
+        value = out.get(key)
+        if value is not None:
+            out[key] = value.model_copy(deep=True)
+    return out
 
 
 class Checkpoint:
@@ -170,8 +280,13 @@ class Checkpoint:
         self._buf = bytearray()
         self.error: str | None = None
         self.writes = 0
-        self._claims_json = CanonicalMapEncoder()
-        self._unprepared_json = CanonicalMapEncoder()
+        # Records in memory are never changed in place (changes get copies, see
+        # _CopyOnAccess), so a cached fragment is valid while the record object is the same.
+        self._claims_json = CanonicalMapEncoder(trust_identity=True)
+        self._unprepared_json = CanonicalMapEncoder(trust_identity=True)
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Request[Any]] = []
+        self._leader: int | None = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -313,22 +428,86 @@ class Checkpoint:
         """Like :meth:`update`, with the whole :class:`CheckpointState` (claims and
         ``unprepared`` marks). Marks older than :data:`UNPREPARED_TTL` are dropped.
         ``after(result)`` runs once the file is written, still under the file lock (for
-        work other instances must see together with the change, e.g. removing CDI specs)."""
-        with self._lock, self._flock():
-            self._refresh()
-            # A shallow copy: records are shared with memory until the write succeeded, and
-            # memory is rebuilt from the file's bytes when ``change`` or the write fails (a
-            # deep copy of every record per write cost O(claims)).
-            work = CheckpointState(dict(self._state.claims), dict(self._state.unprepared))
-            try:
-                result = change(work)
-                self._write(work)
-            except BaseException:
-                self._restore()
-                raise
-            if after is not None:
-                after(result)
-            return result
+        work other instances must see together with the change, e.g. removing CDI specs).
+
+        Group commit: changes of concurrent callers that queue up while a write is in
+        flight are applied one after the other (each under the thread lock and the file
+        lock, each seeing the earlier ones) and made durable by one write (one encode, one
+        fsync); every caller returns once its own change is in the file. A change that
+        raises writes nothing (the others of its batch are unaffected): records it reads
+        are copies made on first access (:class:`_CopyOnAccess`). A failed write raises
+        CheckpointError to every caller of the batch.
+        """
+        req: _Request[T] = _Request(change, after)
+        if self._leader == threading.get_ident():
+            # Re-entrant call from a change or ``after``: committed on its own, now.
+            self._commit([req])
+        else:
+            with self._queue_lock:
+                self._queue.append(req)
+            with self._lock:
+                if not req.done:  # else: a previous leader committed it meanwhile
+                    with self._queue_lock:
+                        batch, self._queue = self._queue, []
+                    self._leader = threading.get_ident()
+                    try:
+                        self._commit(batch)
+                    finally:
+                        self._leader = None
+        if req.error is not None:
+            raise req.error
+        return req.result  # type: ignore[return-value]
+
+    def _commit(self, batch: list[_Request[Any]]) -> None:
+        """Apply and write ``batch`` (under the thread lock); marks every request done."""
+        try:
+            with self._flock():
+                try:
+                    self._refresh()
+                except CheckpointError as e:
+                    for req in batch:
+                        req.error = CheckpointError(str(e))
+                    return
+                claims: dict[str, ClaimRecord] = self._state.claims
+                unprepared: dict[str, UnpreparedRecord] = self._state.unprepared
+                ok: list[_Request[Any]] = []
+                for req in batch:
+                    work = CheckpointState(_CopyOnAccess(claims), _CopyOnAccess(unprepared))
+                    try:
+                        req.result = req.change(work)
+                    except BaseException as e:
+                        req.error = e
+                        continue
+                    claims = _owned(work.claims)
+                    unprepared = _owned(work.unprepared)
+                    ok.append(req)
+                if not ok:
+                    return
+                try:
+                    self._write(CheckpointState(claims, unprepared))
+                except BaseException as e:
+                    self._restore()
+                    for req in ok:
+                        req.error = (CheckpointError(str(e)) if isinstance(e, CheckpointError)
+                                     else e)
+                    return
+                for req in ok:
+                    req.written = True
+                    if req.after is not None:
+                        try:
+                            req.after(req.result)
+                        except BaseException as e:
+                            req.error = e
+        except BaseException as e:
+            # The file lock could not be taken (or a bug): nobody's change was written.
+            for req in batch:
+                if req.error is None and not req.written:
+                    req.error = (CheckpointError(f"checkpoint {self.path}: {e}")
+                                 if isinstance(e, OSError) else e)
+            raise
+        finally:
+            for req in batch:
+                req.done = True
 
     def _restore(self) -> None:
         """Memory back to the content of the file's bytes last seen."""

@@ -406,7 +406,7 @@ class NodeLogic:
                completed: dict[str, ClaimRecord]) -> None:
         """Under the checkpoint lock: decide per plan and record ``PrepareStarted``."""
         busy: dict[tuple[str, str], str] = {}
-        for uid, rec in state.claims.items():
+        for uid, rec in state.peek_claims():
             for d in rec.devices:
                 if not d.admin_access:
                     busy.setdefault((d.pool, d.device), uid)

@@ -4,7 +4,11 @@
 server which resource.k8s.io versions it serves (``GET /apis/resource.k8s.io``) and picks
 the first of v1 (Kubernetes 1.34+), v1beta2 (1.33), v1beta1 (1.32). Callers always see and
 hand over the v1 shape; :mod:`plugin.slices.convert` translates at the boundary. Objects
-travel as plain dicts through ``CustomObjectsApi``, exactly as the client sends them.
+travel as plain dicts. Requests go through the ApiClient's own REST layer
+(``api_client.rest_client``: its urllib3 pool, TLS, proxy and timeouts) with the ApiClient's
+default headers and auth settings (bearer token, refreshed by the configuration's hook), but
+skip the generated per-call machinery (argument validation, parameter and body
+serialisation, response deserialisation), which costs milliseconds per call.
 
 Errors surface as ``kubernetes.client.ApiException`` (or urllib3 / OS connection errors);
 :func:`classify` sorts them into retryable (429, 5xx, connection errors), conflict (409),
@@ -23,16 +27,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
+from urllib.parse import quote, urlencode
 
 import urllib3
-from kubernetes.client import (
-    ApiClient,
-    ApiException,
-    CoreV1Api,
-    CustomObjectsApi,
-    V1DeleteOptions,
-    V1Preconditions,
-)
+from kubernetes.client import ApiClient, ApiException
 
 from plugin.slices import convert
 
@@ -40,6 +38,7 @@ GROUP: Final = convert.GROUP
 SLICES: Final = "resourceslices"
 CLAIMS: Final = "resourceclaims"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
+JSON: Final = "application/json"
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -240,6 +239,11 @@ def _dict(obj: object) -> dict[str, Any]:
     return obj
 
 
+def _q(segment: str) -> str:
+    """One path segment, percent-encoded (as the generated client does: no safe chars)."""
+    return quote(segment, safe="")
+
+
 def _selector(**fields: str | None) -> str | None:
     parts = [f"{k}={v}" for k, v in fields.items() if v is not None]
     return ",".join(parts) if parts else None
@@ -264,12 +268,61 @@ class ResourceAPI:
     def __init__(self, api_client: ApiClient, *, versions: tuple[str, ...] = convert.VERSIONS,
                  request_timeout: float = 30.0) -> None:
         self.api_client = api_client
-        self._custom = CustomObjectsApi(api_client)
-        self._core = CoreV1Api(api_client)
         self._preference = versions
         self._timeout = request_timeout
         self._version: str | None = None
         self._lock = threading.Lock()
+
+    # -- transport ----------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+              body: object = None, content_type: str = JSON,
+              timeout: float | tuple[float, float] | None = None) -> Any:
+        """One request through the ApiClient's REST layer; returns the ``RESTResponse``
+        with a 2xx status. ``query`` values: booleans become ``true``/``false``, None is
+        left out. A non-2xx answer raises ``ApiException`` (status, reason, body, headers)
+        as the generated client does; connection errors surface from urllib3."""
+        client = self.api_client
+        headers: dict[str, str] = {"Accept": JSON}
+        headers.update(client.default_headers)
+        if client.cookie:
+            headers["Cookie"] = client.cookie
+        if body is not None:
+            headers["Content-Type"] = content_type  # the REST layer encodes body as JSON
+        queries: list[tuple[str, str]] = []
+        for key, value in (query or {}).items():
+            if value is None:
+                continue
+            queries.append((key, ("true" if value else "false") if isinstance(value, bool)
+                            else str(value)))
+        client.update_params_for_auth(headers, queries, ["BearerToken"], path, method, body)
+        url = client.configuration.host + path
+        if queries:
+            url += "?" + urlencode(queries)
+        resp = client.rest_client.request(
+            method, url, headers=headers, body=body,
+            _request_timeout=self._timeout if timeout is None else timeout)
+        if not 200 <= resp.status <= 299:
+            resp.read()
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`_send` and the answer's JSON object."""
+        resp = self._send(method, path, **kwargs)
+        return _dict(json.loads(resp.read()))
+
+    def _path(self, version: str, plural: str, name: str | None = None,
+              namespace: str | None = None, subresource: str | None = None) -> str:
+        path = f"/apis/{GROUP}/{version}"
+        if namespace is not None:
+            path += f"/namespaces/{_q(namespace)}"
+        path += f"/{plural}"
+        if name is not None:
+            path += f"/{_q(name)}"
+        if subresource is not None:
+            path += f"/{subresource}"
+        return path
 
     # -- version ------------------------------------------------------------------------------
 
@@ -285,16 +338,13 @@ class ResourceAPI:
             return self._version
 
     def _detect(self) -> str:
-        params = self.api_client.param_serialize(
-            "GET", f"/apis/{GROUP}", header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"])
-        resp = self.api_client.call_api(*params, _request_timeout=self._timeout)
-        data = resp.read()
-        if resp.status == 404:
-            raise ResourceAPIUnavailable(f"the API server does not serve {GROUP}")
-        if not 200 <= resp.status <= 299:
-            raise ApiException(http_resp=resp, body=data.decode("utf-8", "replace"))
-        group = json.loads(data)
+        try:
+            group = self._json("GET", f"/apis/{GROUP}")
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ResourceAPIUnavailable(
+                    f"the API server does not serve {GROUP}") from None
+            raise
         served = [str(v.get("version")) for v in group.get("versions", [])
                   if isinstance(v, dict)]
         for candidate in self._preference:
@@ -309,9 +359,16 @@ class ResourceAPI:
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """GET a ResourceClaim, returned in the v1 shape (404 raises ApiException)."""
         version = self.version
-        obj = self._custom.get_namespaced_custom_object(
-            GROUP, version, namespace, CLAIMS, name, _request_timeout=self._timeout)
-        return convert.claim_from_version(_dict(obj), version)
+        obj = self._json("GET", self._path(version, CLAIMS, name, namespace))
+        return convert.claim_from_version(obj, version)
+
+    def _apply_status(self, namespace: str, name: str, body: dict[str, Any],
+                      field_manager: str) -> dict[str, Any]:
+        version = self.version
+        obj = self._json("PATCH", self._path(version, CLAIMS, name, namespace, "status"),
+                         query={"fieldManager": field_manager, "force": True},
+                         body=body, content_type=APPLY_PATCH)
+        return convert.claim_from_version(obj, version)
 
     def apply_claim_status_devices(self, namespace: str, name: str,
                                    entries: list[dict[str, Any]],
@@ -322,17 +379,13 @@ class ResourceAPI:
         exactly these entries: entries it applied before and leaves out now are removed.
         With ``uid`` the server refuses (409) a claim re-created under the same name.
         Returns the claim (v1 shape)."""
-        version = self.version
         body: dict[str, Any] = {
-            "apiVersion": convert.api_version(version),
+            "apiVersion": convert.api_version(self.version),
             "kind": "ResourceClaim",
             "metadata": _meta(name, namespace, uid),
             "status": {"devices": entries},
         }
-        obj = self._custom.patch_namespaced_custom_object_status(
-            GROUP, version, namespace, CLAIMS, name, body, field_manager=field_manager,
-            force=True, _content_type=APPLY_PATCH, _request_timeout=self._timeout)
-        return convert.claim_from_version(_dict(obj), version)
+        return self._apply_status(namespace, name, body, field_manager)
 
     def remove_claim_status_devices(self, namespace: str, name: str,
                                     field_manager: str,
@@ -340,21 +393,17 @@ class ResourceAPI:
         """Withdraw every ``status.devices`` entry ``field_manager`` applied (apply of an
         empty configuration). Returns the claim, or None when it no longer exists. With
         ``uid`` the server refuses (409) a claim re-created under the same name."""
-        version = self.version
         body: dict[str, Any] = {
-            "apiVersion": convert.api_version(version),
+            "apiVersion": convert.api_version(self.version),
             "kind": "ResourceClaim",
             "metadata": _meta(name, namespace, uid),
         }
         try:
-            obj = self._custom.patch_namespaced_custom_object_status(
-                GROUP, version, namespace, CLAIMS, name, body, field_manager=field_manager,
-                force=True, _content_type=APPLY_PATCH, _request_timeout=self._timeout)
+            return self._apply_status(namespace, name, body, field_manager)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return convert.claim_from_version(_dict(obj), version)
 
     # -- slices -------------------------------------------------------------------------------
 
@@ -368,14 +417,10 @@ class ResourceAPI:
         token: str | None = None
         rv = ""
         while True:
-            kwargs: dict[str, Any] = {"field_selector": selector, "limit": 500,
-                                      "_request_timeout": self._timeout}
-            if label_selector:
-                kwargs["label_selector"] = label_selector
-            if token:
-                kwargs["_continue"] = token
-            page = _dict(self._custom.list_cluster_custom_object(GROUP, version, SLICES,
-                                                                 **kwargs))
+            query: dict[str, Any] = {"fieldSelector": selector,
+                                     "labelSelector": label_selector or None,
+                                     "limit": 500, "continue": token}
+            page = self._json("GET", self._path(version, SLICES), query=query)
             meta = page.get("metadata") or {}
             items.extend(convert.slice_from_version(i, version) for i in page.get("items") or [])
             rv = str(meta.get("resourceVersion", rv))
@@ -386,31 +431,34 @@ class ResourceAPI:
     def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create a ResourceSlice from its v1 shape (``metadata.generateName`` allowed)."""
         version = self.version
-        out = self._custom.create_cluster_custom_object(
-            GROUP, version, SLICES, convert.slice_to_version(obj, version),
-            _request_timeout=self._timeout)
-        return convert.slice_from_version(_dict(out), version)
+        out = self._json("POST", self._path(version, SLICES),
+                         body=convert.slice_to_version(obj, version))
+        return convert.slice_from_version(out, version)
 
     def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Replace a ResourceSlice (PUT; ``metadata.resourceVersion`` makes it conditional:
         409 when the object changed meanwhile)."""
         version = self.version
         name = obj["metadata"]["name"]
-        out = self._custom.replace_cluster_custom_object(
-            GROUP, version, SLICES, name, convert.slice_to_version(obj, version),
-            _request_timeout=self._timeout)
-        return convert.slice_from_version(_dict(out), version)
+        out = self._json("PUT", self._path(version, SLICES, name),
+                         body=convert.slice_to_version(obj, version))
+        return convert.slice_from_version(out, version)
 
     def delete_slice(self, name: str, *, uid: str | None = None,
                      resource_version: str | None = None) -> None:
         """Delete a ResourceSlice, with UID / resourceVersion preconditions when given
-        (409 when they no longer hold; 404 when it is already gone)."""
+        (409 when they no longer hold; 404 when it is already gone). The body is a
+        ``DeleteOptions`` (meta/v1)."""
         version = self.version
-        body = V1DeleteOptions()
+        body: dict[str, Any] = {}
         if uid or resource_version:
-            body.preconditions = V1Preconditions(uid=uid, resource_version=resource_version)
-        self._custom.delete_cluster_custom_object(GROUP, version, SLICES, name, body=body,
-                                                  _request_timeout=self._timeout)
+            pre: dict[str, str] = {}
+            if uid:
+                pre["uid"] = uid
+            if resource_version:
+                pre["resourceVersion"] = resource_version
+            body["preconditions"] = pre
+        self._send("DELETE", self._path(version, SLICES, name), body=body).read()
 
     def watch_slices(self, driver: str, node: str | None, resource_version: str | None,
                      timeout_seconds: int = 300, *,
@@ -418,23 +466,22 @@ class ResourceAPI:
         """Open a watch on ``driver``'s slices (on ``node`` when given) from
         ``resource_version``; the server ends it after ``timeout_seconds``."""
         version = self.version
-        kwargs: dict[str, Any] = {
-            "field_selector": _selector(**{"spec.driver": driver, "spec.nodeName": node}),
-            "watch": True, "allow_watch_bookmarks": True, "timeout_seconds": timeout_seconds,
-            "_preload_content": False, "_request_timeout": (self._timeout, timeout_seconds + 30),
+        query: dict[str, Any] = {
+            "fieldSelector": _selector(**{"spec.driver": driver, "spec.nodeName": node}),
+            "labelSelector": label_selector or None,
+            "resourceVersion": resource_version or None,
+            "watch": True, "allowWatchBookmarks": True, "timeoutSeconds": timeout_seconds,
         }
-        if resource_version:
-            kwargs["resource_version"] = resource_version
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        resp = self._custom.list_cluster_custom_object(GROUP, version, SLICES, **kwargs)
-        return SliceWatch(resp, version)
+        resp = self._send("GET", self._path(version, SLICES), query=query,
+                          timeout=(self._timeout, timeout_seconds + 30))
+        return SliceWatch(resp.response, version)
 
     # -- core ---------------------------------------------------------------------------------
 
     def get_node_uid(self, name: str) -> str:
         """The UID of Node ``name`` (for owner references)."""
-        node = self._core.read_node(name, _request_timeout=self._timeout)
-        if node.metadata is None or not node.metadata.uid:
+        node = self._json("GET", f"/api/v1/nodes/{_q(name)}")
+        uid = (node.get("metadata") or {}).get("uid")
+        if not uid:
             raise ValueError(f"node {name!r} has no metadata.uid")
-        return str(node.metadata.uid)
+        return str(uid)

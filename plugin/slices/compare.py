@@ -17,10 +17,18 @@ from plugin.slices.quantity import normalized
 def _prune(value: Any) -> Any:
     """Drop None, empty lists and empty maps, recursively."""
     if isinstance(value, dict):
-        out = {k: _prune(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v is not None and v != {} and v != []}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                v = _prune(v)
+                if not v:
+                    continue
+            elif v is None:
+                continue
+            out[k] = v
+        return out
     if isinstance(value, list):
-        return [_prune(v) for v in value]
+        return [_prune(v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
 

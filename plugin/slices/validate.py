@@ -147,10 +147,12 @@ def validate_pool(pool: Pool, driver: str, node_name: str,
         counter_sets[api["name"]] = api
         out.counter_sets.append(api)
     names: set[str] = set()
+    valid_attributes: set[tuple[Any, ...]] = set()
     for i, device in enumerate(pool.devices):
         api = device.to_api()
         path = fe.index("spec.devices", i)
-        api, attr_issues = _drop_bad_attributes(pool.name, device.name, api, path, driver)
+        api, attr_issues = _drop_bad_attributes(pool.name, device.name, api, path, driver,
+                                                valid_attributes)
         issues.extend(attr_issues)
         errors = rules.validate_device_structure(
             api, path, per_device=out.per_device_node_selection, opts=opts)
@@ -191,8 +193,25 @@ def _in_driver_domain(key: str, driver: str) -> str | None:
     return None
 
 
+def _attribute_key(key: str, attr: Any) -> tuple[Any, ...] | None:
+    """A hashable identity of one attribute entry whose members are all scalars (types
+    included, so ``True`` and ``1`` differ); None for anything else (not memoized)."""
+    if not isinstance(attr, dict):
+        return None
+    parts: list[Any] = [key]
+    for m, v in attr.items():
+        if v is not None and type(v) not in (str, int, bool, float):
+            return None
+        parts.append((m, type(v), v))
+    return tuple(parts)
+
+
 def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
-                         driver: str) -> tuple[dict[str, Any], list[ValidationIssue]]:
+                         driver: str, valid: set[tuple[Any, ...]] | None = None,
+                         ) -> tuple[dict[str, Any], list[ValidationIssue]]:
+    """Drop the attributes :func:`rules.validate_attribute` rejects. ``valid`` memoizes
+    scalar attribute entries found valid (their check does not depend on the device), so
+    10,000 devices sharing attributes are checked once per distinct entry."""
     attributes: dict[str, Any] = api.get("attributes") or {}
     if not attributes:
         return api, []
@@ -201,7 +220,13 @@ def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
     keep: dict[str, Any] = {}
     qualified_ids = {i for k in attributes if (i := _in_driver_domain(k, driver)) is not None}
     for key in sorted(attributes):
-        errors = rules.validate_attribute(key, attributes[key], amap)
+        memo = _attribute_key(key, attributes[key]) if valid is not None else None
+        if valid is not None and memo is not None and memo in valid:
+            errors: list[FieldError] = []
+        else:
+            errors = rules.validate_attribute(key, attributes[key], amap)
+            if valid is not None and memo is not None and not errors:
+                valid.add(memo)
         if "/" not in key and key in qualified_ids:
             errors.append(fe.invalid(amap, key, "the attribute is also given with the driver's "
                                                 f"domain as {driver}/{key}"))

@@ -1,0 +1,114 @@
+"""Group commit: changes queued while a write is in flight are applied in order and made
+durable by one write; a failing change writes nothing for its caller only; a failed write
+fails every caller of the batch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import plugin.checkpoint as checkpoint_module
+from plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
+
+
+def _rec(uid: str) -> ClaimRecord:
+    return ClaimRecord(uid=uid, namespace="ns", name=f"c-{uid}")
+
+
+def _wait_queued(cp: Checkpoint, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(cp._queue) < n:
+        assert time.monotonic() < deadline, "callers did not queue"
+        time.sleep(0.005)
+
+
+def _start(fn: Callable[[], None], errors: dict[str, BaseException], name: str) -> threading.Thread:
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            errors[name] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_queued_changes_share_one_write(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path / "cp.json")
+    cp.update(lambda c: c.__setitem__("base", _rec("base")))
+    gate = threading.Event()
+    errors: dict[str, BaseException] = {}
+
+    def first(c: dict[str, ClaimRecord]) -> None:
+        assert gate.wait(10)
+        c["first"] = _rec("first")
+
+    def bad(c: dict[str, ClaimRecord]) -> None:
+        c["base"].name = "half-done"
+        c.pop("first")
+        raise RuntimeError("boom")
+
+    def good(i: int) -> Callable[[dict[str, ClaimRecord]], None]:
+        def change(c: dict[str, ClaimRecord]) -> None:
+            assert "first" in c  # sees the earlier change
+            c[f"g{i}"] = _rec(f"g{i}")
+        return change
+
+    threads = [_start(lambda: cp.update(first), errors, "first")]
+    deadline = time.monotonic() + 10
+    while cp._leader is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    writes = cp.writes
+    threads.append(_start(lambda: cp.update(bad), errors, "bad"))
+    for i in range(4):
+        threads.append(_start(lambda i=i: cp.update(good(i)), errors, f"g{i}"))
+    _wait_queued(cp, 5)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert set(errors) == {"bad"} and isinstance(errors["bad"], RuntimeError)
+    assert cp.writes - writes == 2  # "first" alone, then the five queued ones together
+    fresh = Checkpoint(cp.path)
+    fresh.load()
+    for got in (fresh.claims(), cp.claims()):
+        assert sorted(got) == ["base", "first", "g0", "g1", "g2", "g3"]
+        assert got["base"].name == "c-base"
+
+
+def test_failed_write_fails_the_whole_batch(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    cp = Checkpoint(tmp_path / "cp.json")
+    cp.update(lambda c: c.__setitem__("base", _rec("base")))
+    before = cp.path.read_bytes()
+    gate = threading.Event()
+
+    def failing_write(*args: object, **kwargs: object) -> None:
+        assert gate.wait(10)
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(checkpoint_module, "atomic_write", failing_write)
+    errors: dict[str, BaseException] = {}
+    threads = [_start(lambda i=i: cp.update(lambda c: c.__setitem__(f"x{i}", _rec(f"x{i}"))),
+                      errors, f"x{i}") for i in range(5)]
+    _wait_queued(cp, 4)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert len(errors) == 5 and all(isinstance(e, CheckpointError) for e in errors.values())
+    assert cp.path.read_bytes() == before
+    assert sorted(cp.claims()) == ["base"]
+
+
+def test_assigned_records_are_not_shared_with_the_caller(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path / "cp.json")
+    rec = _rec("u")
+    cp.update(lambda c: c.__setitem__("u", rec))
+    rec.name = "changed later"
+    got = cp.get("u")
+    assert got is not None and got.name == "c-u"
