@@ -20,7 +20,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-import random
 import re
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 
 from discovery.plugin import ClaimRef
 from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from plugin.resourceapi import Backoff, ErrorKind, classify, describe, retry_after_seconds
 from plugin.slices import formats
 
 log = logging.getLogger(__name__)
@@ -222,29 +222,26 @@ def build_entries(
     return entries
 
 
-def is_retryable(exc: BaseException) -> tuple[bool, float | None]:
-    """(retry?, Retry-After seconds) for an API exception: 409, 429, 5xx and connection
-    errors retry; 404 (claim gone) and other 4xx do not."""
-    status = getattr(exc, "status", None)
-    if status is None:
-        return True, None
-    if status == 404 or (status == 409 and "Precondition failed: UID" in str(exc)):
-        return False, None  # gone, or re-created under the same name: nothing to write
-    retry_after = None
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        ra = headers.get("Retry-After") if hasattr(headers, "get") else None
-        retry_after = float(ra) if ra is not None else None
-    except (TypeError, ValueError):
-        retry_after = None
-    return status in (409, 429) or status >= 500, retry_after
+def _drop_reason(exc: BaseException) -> str | None:
+    """Why a failed write is given up for good (None: retry it). A missing claim or one
+    re-created under the same name (the UID precondition failed) needs nothing written;
+    429, 5xx, other conflicts and connection errors are retried."""
+    kind = classify(exc)
+    if kind is ErrorKind.NOT_FOUND:
+        return "gone"
+    if kind is ErrorKind.CONFLICT and "Precondition failed: UID" in str(getattr(exc, "body", exc)):
+        return "replaced"
+    if kind in (ErrorKind.RETRYABLE, ErrorKind.CONFLICT):
+        return None
+    return "failed"
 
 
 class StatusWriter:
     """Writes this driver's AllocatedDeviceStatus entries in the background.
 
     ``field_manager`` defaults to ``drakit/<driver>``. ``max_attempts`` bounds retries of one
-    claim's write (backoff 0.1 s doubling to 5 s, with jitter; Retry-After honoured).
+    claim's write (backoff 0.1 s doubling to 5 s, with jitter; Retry-After honoured, up to
+    30 s).
     """
 
     def __init__(
@@ -260,6 +257,7 @@ class StatusWriter:
         self.driver = driver
         self.field_manager = field_manager or f"drakit/{driver}"
         self.max_attempts = max_attempts
+        self.backoff = Backoff(initial=0.1, max_delay=5.0, jitter=0.5, max_retry_after=30.0)
         self.on_invalid = on_invalid
         self.on_error = on_error
         self._cond = threading.Condition()
@@ -313,7 +311,6 @@ class StatusWriter:
                     self._cond.notify_all()
 
     def _apply(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
-        delay = 0.1
         for attempt in range(1, self.max_attempts + 1):
             with self._cond:
                 if claim.uid in self._pending:
@@ -331,17 +328,17 @@ class StatusWriter:
                 self.writes += 1
                 return
             except Exception as e:
-                retry, after = is_retryable(e)
-                if not retry:
-                    if getattr(e, "status", None) not in (404, 409):
-                        self._failed(claim, f"{e}")
+                drop = _drop_reason(e)
+                if drop is not None:
+                    if drop == "failed":
+                        self._failed(claim, describe(e))
                     return
                 if attempt == self.max_attempts:
-                    self._failed(claim, f"gave up after {attempt} attempts: {e}")
+                    self._failed(claim, f"gave up after {attempt} attempts: {describe(e)}")
                     return
-                wait = after if after is not None else delay * (0.5 + random.random())
-                time.sleep(min(wait, 30.0))
-                delay = min(delay * 2, 5.0)
+                after = retry_after_seconds(e)
+                wait = self.backoff.delay(attempt) if after is None else after
+                time.sleep(min(wait, self.backoff.max_retry_after))
 
     def _failed(self, claim: ClaimRef, why: str) -> None:
         self.failures += 1

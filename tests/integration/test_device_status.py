@@ -127,3 +127,4 @@ def test_unprepare_never_clears_a_recreated_claims_status(harness: DriverHarness
     assert harness.unprepare(claim) == {uid: ""}
     assert harness.app.status.flush()
     assert [d["device"] for d in devices_of(harness, newer)] == ["gpu-0"]
+    assert harness.app.status.failures == 0  # refused by the UID precondition, not an error
