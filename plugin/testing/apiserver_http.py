@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -166,6 +167,14 @@ class EmbeddedHTTPServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, APIRequestHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (killed agent, closed pool) is normal for a test
+        server: no traceback for it; anything else is printed as usual."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.connections_lock:
