@@ -36,7 +36,11 @@ def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, ru
 
 def check_claim_uid(value: object, field: str = "claim.uid") -> str:
     """A claim UID that is safe in a file name (no ``/``, NUL, ``..``; ≤ 128 bytes)."""
-    return _check(field, value, UID, 128, "must be alphanumeric, '-', '_' or '.'")
+    return _check(
+        field, value, UID, 128,
+        "must start with a letter or digit, hold only letters, digits, '-', '_' and '.', "
+        "and contain no '..'",
+    )
 
 
 def check_namespace(value: object, field: str = "claim.namespace") -> str:
