@@ -20,7 +20,6 @@ from plugin.types import DeviceHealthEntry
 
 log = logging.getLogger(__name__)
 
-_WIRE_STATE = {"Healthy": "Healthy", "Unhealthy": "Unhealthy", "Unknown": "Unknown"}
 
 
 class Inventory:
@@ -153,11 +152,9 @@ class Inventory:
                     state="Unhealthy", message="device removed from the node"
                 )
             snapshot = {k: v for k, v in health.items() if k in self._owner or k in self._removed}
-            if snapshot != self._health or self._removed:
-                if snapshot != self._health:
-                    self._health_version += 1
-                    self._lock.notify_all()
+            if snapshot != self._health:
                 self._health = snapshot
+                self.mark_changed()
 
     def health_snapshot(self) -> list[DeviceHealthEntry]:
         """Every current device (and recently removed ones) with its health state."""
@@ -167,7 +164,7 @@ class Inventory:
             for key in sorted(self._owner.keys() | self._removed.keys()):
                 h = self._health.get(key, DeviceHealth())
                 out.append(
-                    DeviceHealthEntry(key[0], key[1], _WIRE_STATE[h.state], h.message, now)
+                    DeviceHealthEntry(key[0], key[1], h.state, h.message, now)
                 )
             return out
 
@@ -175,11 +172,6 @@ class Inventory:
         """Block until the health version differs from ``version`` or ``timeout`` seconds."""
         with self._lock:
             self._lock.wait_for(lambda: self._health_version != version, timeout=timeout)
-            return self._health_version
-
-    @property
-    def health_version(self) -> int:
-        with self._lock:
             return self._health_version
 
     def mark_changed(self) -> None:
