@@ -33,7 +33,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cdi.atomic import atomic_write
 from plugin.canonical_json import CanonicalMapEncoder, canonical
+from plugin.names import UID
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -56,7 +56,8 @@ UNPREPARED_TTL = 3600.0
 UNPREPARED_MAX = 1024
 T = TypeVar("T")
 
-_OWNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# owner names become lock file names: the same rule as claim UIDs
+_OWNER_RE = UID
 
 
 class CheckpointError(Exception):
