@@ -27,6 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from discovery.builtin.net import canonical_cidr
 from discovery.plugin import ClaimRef
 from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from plugin.resourceapi import Backoff, ErrorKind, classify, describe, retry_after_seconds
@@ -80,10 +81,7 @@ def canonical_ip(value: Any, path: str) -> str:
             f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
             "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
         ) from None
-    ip, plen = iface.ip, iface.network.prefixlen
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip, plen = ip.ipv4_mapped, max(plen - 96, 0)
-    canonical = f"{ip}/{plen}"
+    canonical = canonical_cidr(str(iface.ip), iface.network.prefixlen)
     if canonical != value:
         raise StatusError(
             f"{path}: Invalid value: {value!r}: must be in canonical form ({canonical!r})"
