@@ -51,10 +51,21 @@ class CanonicalMapEncoder:
         encoding plus an O(records) join)."""
         self._entries: dict[str, _Entry] = {}
         self._trust = trust_identity
+        # The last map encoded (its keys and models in iteration order) and its bytes.
+        self._last: tuple[list[str], list[BaseModel], bytes] | None = None
 
     def encode(self, items: Mapping[str, BaseModel]) -> bytes:
         """The canonical JSON object of ``items`` (keys sorted as ``json.dumps`` sorts),
-        UTF-8 encoded (pure ASCII: ``json.dumps`` escapes non-ASCII)."""
+        UTF-8 encoded (pure ASCII: ``json.dumps`` escapes non-ASCII).
+
+        With ``trust_identity``, a map holding the same keys and the very same model
+        objects as the previous call is answered from the previous bytes, after two
+        C-speed comparisons (no per-record Python work)."""
+        last = self._last
+        if self._trust and last is not None and len(items) == len(last[1]):
+            models = list(items.values())
+            if all(map(operator.is_, models, last[1])) and list(items) == last[0]:
+                return last[2]
         old = self._entries
         entries: dict[str, _Entry] = {}
         parts: list[bytes] = []
@@ -73,7 +84,10 @@ class CanonicalMapEncoder:
             entries[key] = hit
             parts.append(hit.member)
         self._entries = entries
-        return b"{" + b",".join(parts) + b"}"
+        out = b"{" + b",".join(parts) + b"}"
+        if self._trust:
+            self._last = (list(items), list(items.values()), out)
+        return out
 
 
 def _encode(key: str, model: BaseModel, values: tuple[Any, ...]) -> _Entry:

@@ -45,15 +45,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cdi.atomic import atomic_write
 from plugin.canonical_json import CanonicalMapEncoder, canonical
+from plugin.jsontree import copy_model
 from plugin.names import UID
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-#: Seconds an ``unprepared`` mark is kept (a stale prepare retry arrives within the
-#: kubelet's call deadline plus its retry backoff, minutes at most).
-UNPREPARED_TTL = 3600.0
-#: At most this many ``unprepared`` marks are kept (the newest win).
-UNPREPARED_MAX = 1024
+#: Seconds an ``unprepared`` mark is kept. A stale prepare is a call the kubelet sent
+#: before the unprepare that reaches the plugin after it; the kubelet bounds each
+#: NodePrepareResources call with a deadline well under a minute, so ten minutes is ample.
+UNPREPARED_TTL = 600.0
+#: At most this many ``unprepared`` marks are kept (the newest win). Every mark is in the
+#: file, so every write pays for them: 256 marks are ~35 KB.
+UNPREPARED_MAX = 256
 T = TypeVar("T")
 
 # owner names become lock file names: the same rule as claim UIDs
@@ -136,7 +139,7 @@ class CheckpointState:
 
     def copy(self) -> CheckpointState:
         return CheckpointState(
-            {k: v.model_copy(deep=True) for k, v in self.claims.items()},
+            {k: copy_model(v) for k, v in self.claims.items()},
             {k: v.model_copy() for k, v in self.unprepared.items()},
         )
 
@@ -181,7 +184,7 @@ class _CopyOnAccess(dict[str, M]):
     def __getitem__(self, key: str) -> M:
         value = dict.__getitem__(self, key)
         if key not in self.copied:
-            value = value.model_copy(deep=True)
+            value = copy_model(value)
             dict.__setitem__(self, key, value)
             self.copied.add(key)
         return value
@@ -238,15 +241,32 @@ class _CopyOnAccess(dict[str, M]):
         return dict.items(self)
 
 
+def _pruned(marks: dict[str, UnpreparedRecord], now: float) -> dict[str, UnpreparedRecord]:
+    """``marks`` without those older than :data:`UNPREPARED_TTL`, at most
+    :data:`UNPREPARED_MAX` (the newest). Marks are added in time order, so the first one is
+    normally the oldest: while it is fresh and the map small enough, nothing is scanned.
+    An overfull map is cut to 7/8 of the limit, so the sort runs once per many marks."""
+    if not marks:
+        return marks
+    first = next(iter(marks.values()))
+    if len(marks) <= UNPREPARED_MAX and now - first.at < UNPREPARED_TTL:
+        return marks
+    kept = sorted(((uid, u) for uid, u in marks.items() if now - u.at < UNPREPARED_TTL),
+                  key=lambda item: item[1].at)
+    if len(kept) > UNPREPARED_MAX:
+        kept = kept[-(UNPREPARED_MAX - UNPREPARED_MAX // 8):]
+    return dict(kept)
+
+
 def _owned(work: dict[str, M]) -> dict[str, M]:
     """The map a change left, as a plain dict whose records the checkpoint alone holds."""
     if not isinstance(work, _CopyOnAccess):  # the change replaced the whole map
-        return {k: v.model_copy(deep=True) for k, v in work.items()}
+        return {k: copy_model(v) for k, v in work.items()}
     out = dict(work.peek_items())
     for key in work.assigned:
         value = out.get(key)
         if value is not None:
-            out[key] = value.model_copy(deep=True)
+            out[key] = copy_model(value)
     return out
 
 
@@ -270,6 +290,7 @@ class Checkpoint:
         self.lock_path = Path(lock_path) if lock_path else self.path.with_name(
             self.path.name + ".lock"
         )
+        self._lock_name = str(self.lock_path)
         self.owners_dir = self.path.parent / "owners"
         if owner is not None and not _OWNER_RE.fullmatch(owner):
             raise ValueError(f"checkpoint owner {owner!r}: must match {_OWNER_RE.pattern}")
@@ -378,13 +399,13 @@ class Checkpoint:
         with self._lock:
             self._refresh()
             rec = self._state.claims.get(uid)
-            return rec.model_copy(deep=True) if rec else None
+            return copy_model(rec) if rec else None
 
     def claims(self) -> dict[str, ClaimRecord]:
         """A copy of all records by claim UID. Raises CheckpointError while corrupt."""
         with self._lock:
             self._refresh()
-            return {k: v.model_copy(deep=True) for k, v in self._state.claims.items()}
+            return {k: copy_model(v) for k, v in self._state.claims.items()}
 
     def state(self) -> CheckpointState:
         """A copy of the whole content. Raises CheckpointError while corrupt."""
@@ -396,8 +417,12 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def _flock(self) -> Iterator[None]:
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(self._lock_name, flags, 0o600)
+        except FileNotFoundError:  # the directory is created on first use
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self._lock_name, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -518,11 +543,7 @@ class Checkpoint:
             self._raw = None  # re-read (and report) at the next access
 
     def _write(self, state: CheckpointState) -> None:
-        now = time.time()
-        marks = [(uid, u) for uid, u in state.unprepared.items() if now - u.at < UNPREPARED_TTL]
-        if len(marks) > UNPREPARED_MAX:  # keep the newest
-            marks = sorted(marks, key=lambda item: item[1].at)[-UNPREPARED_MAX:]
-        state.unprepared = dict(marks)
+        state.unprepared = _pruned(state.unprepared, time.time())
         # The canonical JSON of {"version", "checksum", "claims", "unprepared"} (sorted
         # keys), assembled from per-record fragments that are re-encoded only when changed.
         claims = self._claims_json.encode(state.claims)
@@ -533,9 +554,12 @@ class Checkpoint:
         data = b"".join((b'{"checksum":', canonical(digest.hexdigest()).encode(), b',"claims":',
                          claims, b',"unprepared":', unprepared,
                          b',"version":', str(FORMAT_VERSION).encode(), b"}"))
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            atomic_write(self.path, data, mode=0o600)
+            try:
+                atomic_write(self.path, data, mode=0o600)
+            except FileNotFoundError:  # the directory went away: create it, once
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                atomic_write(self.path, data, mode=0o600)
         except OSError as e:
             raise CheckpointError(f"checkpoint {self.path}: write failed: {e}") from None
         self._state, self._raw = state, data

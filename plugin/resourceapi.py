@@ -4,11 +4,12 @@
 server which resource.k8s.io versions it serves (``GET /apis/resource.k8s.io``) and picks
 the first of v1 (Kubernetes 1.34+), v1beta2 (1.33), v1beta1 (1.32). Callers always see and
 hand over the v1 shape; :mod:`plugin.slices.convert` translates at the boundary. Objects
-travel as plain dicts. Requests go through the ApiClient's own REST layer
-(``api_client.rest_client``: its urllib3 pool, TLS, proxy and timeouts) with the ApiClient's
-default headers and auth settings (bearer token, refreshed by the configuration's hook), but
-skip the generated per-call machinery (argument validation, parameter and body
-serialisation, response deserialisation), which costs milliseconds per call.
+travel as plain dicts. Requests go through the ApiClient's own urllib3 pool manager
+(``api_client.rest_client.pool_manager``: its TLS, proxy and retry settings) with the
+ApiClient's default headers and auth settings (bearer token, refreshed by the
+configuration's hook at most once a second), but skip the generated per-call machinery
+(argument validation, parameter and body serialisation, response deserialisation), which
+costs milliseconds per call.
 
 Errors surface as ``kubernetes.client.ApiException`` (or urllib3 / OS connection errors);
 :func:`classify` sorts them into retryable (429, 5xx, connection errors), conflict (409),
@@ -31,6 +32,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes.client import ApiClient, ApiException
+from kubernetes.client.rest import RESTResponse
 
 from plugin.slices import convert
 
@@ -39,6 +41,8 @@ SLICES: Final = "resourceslices"
 CLAIMS: Final = "resourceclaims"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 JSON: Final = "application/json"
+#: Seconds an auth header computed from the ApiClient's configuration is reused.
+AUTH_REUSE_SECONDS: Final = 1.0
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -272,45 +276,80 @@ class ResourceAPI:
         self._timeout = request_timeout
         self._version: str | None = None
         self._lock = threading.Lock()
+        self._default_timeout = urllib3.Timeout(total=request_timeout)
+        self._auth_cache: tuple[float, dict[str, str], tuple[tuple[str, str], ...]] | None = None
 
     # -- transport ----------------------------------------------------------------------------
 
     def _send(self, method: str, path: str, *, query: dict[str, Any] | None = None,
               body: object = None, content_type: str = JSON,
-              timeout: float | tuple[float, float] | None = None) -> Any:
-        """One request through the ApiClient's REST layer; returns the ``RESTResponse``
-        with a 2xx status. ``query`` values: booleans become ``true``/``false``, None is
-        left out. A non-2xx answer raises ``ApiException`` (status, reason, body, headers)
-        as the generated client does; connection errors surface from urllib3."""
+              timeout: float | tuple[float, float] | None = None) -> urllib3.BaseHTTPResponse:
+        """One request through the ApiClient's urllib3 pool manager (its TLS, proxy and
+        retry settings); returns the unread urllib3 response with a 2xx status. ``body`` is
+        sent as JSON (also for apply patches: JSON is YAML). ``query`` values: booleans
+        become ``true``/``false``, None is left out. A non-2xx answer raises
+        ``ApiException`` (status, reason, body, headers) as the generated client does;
+        connection errors surface from urllib3."""
         client = self.api_client
         headers: dict[str, str] = {"Accept": JSON}
         headers.update(client.default_headers)
         if client.cookie:
             headers["Cookie"] = client.cookie
+        auth_headers, auth_queries = self._auth()
+        headers.update(auth_headers)
+        payload: bytes | None = None
         if body is not None:
-            headers["Content-Type"] = content_type  # the REST layer encodes body as JSON
-        queries: list[tuple[str, str]] = []
+            headers["Content-Type"] = content_type
+            payload = json.dumps(body, separators=(",", ":")).encode()
+        queries: list[tuple[str, str]] = list(auth_queries)
         for key, value in (query or {}).items():
             if value is None:
                 continue
             queries.append((key, ("true" if value else "false") if isinstance(value, bool)
                             else str(value)))
-        client.update_params_for_auth(headers, queries, ["BearerToken"], path, method, body)
         url = client.configuration.host + path
         if queries:
             url += "?" + urlencode(queries)
-        resp = client.rest_client.request(
-            method, url, headers=headers, body=body,
-            _request_timeout=self._timeout if timeout is None else timeout)
+        resp = client.rest_client.pool_manager.urlopen(
+            method, url, body=payload, headers=headers, preload_content=False,
+            timeout=self._timeouts(timeout))
         if not 200 <= resp.status <= 299:
-            resp.read()
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            rest = RESTResponse(resp)
+            rest.read()
+            resp.release_conn()
+            raise ApiException.from_response(http_resp=rest, body=None, data=None)
         return resp
+
+    def _auth(self) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+        """Auth headers and query parameters from the ApiClient's auth settings (bearer
+        token; the configuration's refresh hook, set by the kubeconfig loader, runs inside).
+        Reused for :data:`AUTH_REUSE_SECONDS`: the hook re-reads and re-applies the whole
+        kubeconfig on every call, which would cost more than the request itself."""
+        now = time.monotonic()
+        cached = self._auth_cache
+        if cached is not None and now - cached[0] < AUTH_REUSE_SECONDS:
+            return cached[1], cached[2]
+        headers: dict[str, str] = {}
+        queries: list[tuple[str, str]] = []
+        self.api_client.update_params_for_auth(headers, queries, ["BearerToken"], "", "GET",
+                                               None)
+        self._auth_cache = (now, headers, tuple(queries))
+        return headers, tuple(queries)
+
+    def _timeouts(self, timeout: float | tuple[float, float] | None) -> urllib3.Timeout:
+        if timeout is None:
+            return self._default_timeout
+        if isinstance(timeout, tuple):
+            return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        return urllib3.Timeout(total=timeout)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """:meth:`_send` and the answer's JSON object."""
         resp = self._send(method, path, **kwargs)
-        return _dict(json.loads(resp.read()))
+        try:
+            return _dict(json.loads(resp.read()))
+        finally:
+            resp.release_conn()
 
     def _path(self, version: str, plural: str, name: str | None = None,
               namespace: str | None = None, subresource: str | None = None) -> str:
@@ -458,7 +497,9 @@ class ResourceAPI:
             if resource_version:
                 pre["resourceVersion"] = resource_version
             body["preconditions"] = pre
-        self._send("DELETE", self._path(version, SLICES, name), body=body).read()
+        resp = self._send("DELETE", self._path(version, SLICES, name), body=body)
+        resp.read()
+        resp.release_conn()
 
     def watch_slices(self, driver: str, node: str | None, resource_version: str | None,
                      timeout_seconds: int = 300, *,
@@ -474,7 +515,7 @@ class ResourceAPI:
         }
         resp = self._send("GET", self._path(version, SLICES), query=query,
                           timeout=(self._timeout, timeout_seconds + 30))
-        return SliceWatch(resp.response, version)
+        return SliceWatch(resp, version)
 
     # -- core ---------------------------------------------------------------------------------
 

@@ -20,12 +20,12 @@ metadata ownership covers labels, annotations, ownerReferences and finalizers on
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .apiserver_errors import CAUSE_CONFLICT, Cause
+from .apiserver_json import clone
 
 ListMaps = Mapping[tuple[str, ...], tuple[str, ...]]
 """List-map schema: path pattern (``"*"`` stands for a list item) → key field names."""
@@ -85,17 +85,17 @@ def scope(config: Mapping[str, Any], subresource: str, has_status: bool) -> dict
     subresource) for the object; metadata reduced to labels/annotations/ownerReferences/
     finalizers."""
     if subresource == "status":
-        return {"status": copy.deepcopy(config["status"])} if "status" in config else {}
+        return {"status": clone(config["status"])} if "status" in config else {}
     out: dict[str, Any] = {}
     for key, value in config.items():
         if key in ("apiVersion", "kind") or (key == "status" and has_status):
             continue
         if key == "metadata" and isinstance(value, dict):
-            meta = {k: copy.deepcopy(v) for k, v in value.items() if k in _METADATA_FIELDS}
+            meta = {k: clone(v) for k, v in value.items() if k in _METADATA_FIELDS}
             if meta:
                 out["metadata"] = meta
             continue
-        out[key] = copy.deepcopy(value)
+        out[key] = clone(value)
     return out
 
 
@@ -155,16 +155,16 @@ def merge(live: Any, config: Any, list_maps: ListMaps, path: FieldPath = ()) -> 
     """``config`` merged into a copy of ``live``: maps recursively, list-maps by key,
     anything else replaced."""
     if isinstance(live, dict) and isinstance(config, dict):
-        out = copy.deepcopy(live)
+        out = clone(live)
         for key, value in config.items():
             out[key] = merge(live.get(key, _MISSING), value, list_maps, (*path, key))
         return out
     keys = list_maps.get(_pattern(path))
     if keys is not None and isinstance(live, list) and isinstance(config, list):
-        merged = copy.deepcopy(live)
+        merged = clone(live)
         for item in config:
             if not isinstance(item, dict):
-                merged.append(copy.deepcopy(item))
+                merged.append(clone(item))
                 continue
             key = ItemKey(tuple((k, item.get(k)) for k in keys))
             for i, existing in enumerate(merged):
@@ -172,9 +172,9 @@ def merge(live: Any, config: Any, list_maps: ListMaps, path: FieldPath = ()) -> 
                     merged[i] = merge(existing, item, list_maps, (*path, key))
                     break
             else:
-                merged.append(copy.deepcopy(item))
+                merged.append(clone(item))
         return merged
-    return copy.deepcopy(config)
+    return clone(config)
 
 
 def _owned_by_others(path: FieldPath, others: Iterable[set[FieldPath]]) -> bool:
@@ -229,7 +229,7 @@ def apply(
                           + f": {render_path(path)}")
                 )
     if conflicts:
-        return ApplyResult(copy.deepcopy(dict(live)), owners, conflicts)
+        return ApplyResult(clone(dict(live)), owners, conflicts)
     removed = owners.get(me, set()) - new_set
     result = merge(dict(live), dict(config), list_maps)
     owners[me] = new_set

@@ -1,18 +1,13 @@
 """JSON-tree helpers for the embedded API server (objects are plain dict/list/scalar
-trees, so a structural copy is enough and much cheaper than ``copy.deepcopy``)."""
+trees; copies use :func:`plugin.jsontree.clone`, much cheaper than ``copy.deepcopy``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from plugin.jsontree import clone
 
-def clone(value: Any) -> Any:
-    """Structural copy of a JSON tree (dicts and lists copied, scalars shared)."""
-    if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone(v) for v in value]
-    return value
+__all__ = ["clone", "equal_ignoring_resource_version", "strip_nulls"]
 
 
 def strip_nulls(value: Any) -> Any:

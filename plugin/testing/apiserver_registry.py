@@ -18,6 +18,7 @@ resource strategies do), on objects in their stored v1 shape.
 from __future__ import annotations
 
 import datetime
+import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
@@ -53,6 +54,18 @@ APPLY_PATCH_JSON = "application/apply-patch+json"
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_METADATA = ("uid", "creationTimestamp", "resourceVersion", "generation")
+
+
+def _decode(raw: bytes) -> Any:
+    """A patch or apply body: JSON (what clients send, a YAML subset) decoded with the
+    json module (much faster than a YAML parser), anything else as YAML. None when
+    empty."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return yaml.safe_load(raw)
 
 
 def _now() -> str:
@@ -283,7 +296,7 @@ class Registry:
                 dry_run=dry_run,
             )
         try:
-            patch = yaml.safe_load(raw) if raw else None
+            patch = _decode(raw)
         except yaml.YAMLError as exc:
             raise errors.bad_request(f"error decoding patch: {exc}") from None
         with self.store.locked():
@@ -321,7 +334,7 @@ class Registry:
             raise errors.bad_request("PATCH, application/apply-patch+yaml requests require "
                                      "fieldManager to be set")
         try:
-            config = yaml.safe_load(raw) if raw else None
+            config = _decode(raw)
         except yaml.YAMLError as exc:
             raise errors.bad_request(f"error decoding YAML: {exc}") from None
         if not isinstance(config, dict):
