@@ -7,9 +7,24 @@ old content or the new one, never a partial file, and never a stray temp file on
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import tempfile
-from pathlib import Path
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+_counter = itertools.count()  # next() is atomic under the GIL
+
+
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
+    """A new, exclusively created temp file ``<directory>/.<name>.<pid>-<n>.tmp`` (mode
+    0600 until changed). A name left over by a crashed process is skipped."""
+    pid = os.getpid()
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{pid}-{next(_counter)}.tmp")
+        try:
+            return os.open(tmp, _TEMP_FLAGS, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{directory}: no free temp file name for {name}")
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
@@ -18,10 +33,10 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
     Raises ``OSError`` when the directory is missing or not writable; the temp file is
     removed in every failure case.
     """
-    target = Path(path)
-    directory = target.parent
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
+    target = os.fspath(path)
+    directory, name = os.path.split(target)
+    directory = directory or "."
+    fd, tmp = _create_temp(directory, name)
     try:
         try:
             os.fchmod(fd, mode)
@@ -51,10 +66,10 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
 
 def remove_durably(path: str | os.PathLike[str]) -> bool:
     """Unlink ``path`` and fsync its directory. Returns False when it did not exist."""
-    target = Path(path)
+    target = os.fspath(path)
     try:
-        target.unlink()
+        os.unlink(target)
     except FileNotFoundError:
         return False
-    fsync_dir(target.parent)
+    fsync_dir(os.path.dirname(target) or ".")
     return True

@@ -55,8 +55,9 @@ READABLE_VERSIONS = (1, 2)
 #: NodePrepareResources call with a deadline well under a minute, so ten minutes is ample.
 UNPREPARED_TTL = 600.0
 #: At most this many ``unprepared`` marks are kept (the newest win). Every mark is in the
-#: file, so every write pays for them: 256 marks are ~35 KB.
-UNPREPARED_MAX = 256
+#: file, so every write pays for them (128 marks are ~18 KB). 128 is above the kubelet's
+#: default of 110 pods per node.
+UNPREPARED_MAX = 128
 T = TypeVar("T")
 
 # owner names become lock file names: the same rule as claim UIDs

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 M = TypeVar("M", bound=BaseModel)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def clone(value: Any) -> Any:
@@ -43,14 +44,21 @@ def copy_model(model: M) -> M:
     new = model.model_copy()
     fields = new.__dict__
     for key, value in fields.items():
-        if isinstance(value, BaseModel):
-            fields[key] = copy_model(value)
-        elif isinstance(value, list):
+        kind = type(value)
+        if kind in _SCALARS:
+            continue
+        if kind is list:
             if value and isinstance(value[0], BaseModel):
                 fields[key] = [copy_model(v) if isinstance(v, BaseModel) else clone(v)
                                for v in value]
-            else:
+            elif value:
                 fields[key] = clone(value)
-        elif isinstance(value, dict):
+            else:
+                fields[key] = []
+        elif kind is dict:
+            fields[key] = clone(value) if value else {}
+        elif isinstance(value, BaseModel):
+            fields[key] = copy_model(value)
+        elif isinstance(value, (dict, list)):
             fields[key] = clone(value)
     return new

@@ -278,6 +278,7 @@ class ResourceAPI:
         self._lock = threading.Lock()
         self._default_timeout = urllib3.Timeout(total=request_timeout)
         self._auth_cache: tuple[float, dict[str, str], tuple[tuple[str, str], ...]] | None = None
+        self._pool: tuple[str, Any, urllib3.HTTPConnectionPool, str] | None = None
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -307,18 +308,35 @@ class ResourceAPI:
                 continue
             queries.append((key, ("true" if value else "false") if isinstance(value, bool)
                             else str(value)))
-        url = client.configuration.host + path
         if queries:
-            url += "?" + urlencode(queries)
-        resp = client.rest_client.pool_manager.urlopen(
-            method, url, body=payload, headers=headers, preload_content=False,
-            timeout=self._timeouts(timeout))
+            path += "?" + urlencode(queries)
+        resp = self._urlopen(method, path, body=payload, headers=headers,
+                             preload_content=False, timeout=self._timeouts(timeout))
         if not 200 <= resp.status <= 299:
             rest = RESTResponse(resp)
             rest.read()
             resp.release_conn()
             raise ApiException.from_response(http_resp=rest, body=None, data=None)
         return resp
+
+    def _urlopen(self, method: str, path: str, **kwargs: Any) -> urllib3.BaseHTTPResponse:
+        """``path`` (with query) on the configured host. Without a proxy the host's
+        connection pool is asked directly (the pool manager would parse the URL and look
+        the pool up on every call); through a proxy the pool manager does it all."""
+        host = self.api_client.configuration.host
+        manager = self.api_client.rest_client.pool_manager
+        if type(manager) is not urllib3.PoolManager:
+            return manager.urlopen(method, host + path, **kwargs)
+        pool = self._pool
+        if pool is None or pool[0] != host or pool[1] is not manager:
+            # host may carry a path prefix (an API server behind a proxy path)
+            prefix = (urllib3.util.parse_url(host).path or "").rstrip("/")
+            pool = self._pool = (host, manager, manager.connection_from_url(host), prefix)
+        try:
+            return pool[2].urlopen(method, pool[3] + path, redirect=False, **kwargs)
+        except urllib3.exceptions.ClosedPoolError:  # the manager dropped it: look it up
+            self._pool = None
+            return manager.urlopen(method, host + path, **kwargs)
 
     def _auth(self) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
         """Auth headers and query parameters from the ApiClient's auth settings (bearer
