@@ -76,6 +76,11 @@ class CanonicalMapEncoder:
                 entries[key] = hit
                 parts.append(hit.member)
                 continue
+            if self._trust:  # a new or replaced model: nothing to compare
+                hit = _encode(key, model, (), probe=False)
+                entries[key] = hit
+                parts.append(hit.member)
+                continue
             values = tuple(model.__dict__.values())
             if (hit is None or hit.model is not model or len(hit.values) != len(values)
                     or not all(map(operator.is_, hit.values, values))
@@ -90,7 +95,11 @@ class CanonicalMapEncoder:
         return out
 
 
-def _encode(key: str, model: BaseModel, values: tuple[Any, ...]) -> _Entry:
-    scalar = all(type(v) in _SCALARS for v in values)
+def _encode(key: str, model: BaseModel, values: tuple[Any, ...], probe: bool = True) -> _Entry:
+    """The entry of ``model``; ``probe=False`` (trusted identity) keeps neither the field
+    values nor a ``model_dump_json()`` to compare later (memory and a dump per record)."""
     member = f"{canonical(key)}:{canonical(model.model_dump(mode='json'))}".encode()
+    if not probe:
+        return _Entry(model, (), None, member)
+    scalar = all(type(v) in _SCALARS for v in values)
     return _Entry(model, values, None if scalar else model.model_dump_json(), member)

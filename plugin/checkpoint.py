@@ -58,6 +58,8 @@ UNPREPARED_TTL = 600.0
 #: file, so every write pays for them (128 marks are ~18 KB). 128 is above the kubelet's
 #: default of 110 pods per node.
 UNPREPARED_MAX = 128
+#: Bytes read at a time when comparing the file with the last content seen.
+READ_CHUNK = 64 * 1024
 T = TypeVar("T")
 
 # owner names become lock file names: the same rule as claim UIDs
@@ -300,7 +302,7 @@ class Checkpoint:
         self._lock = threading.RLock()
         self._state = CheckpointState()
         self._raw: bytes | None = None
-        self._buf = bytearray()
+        self._chunk = bytearray(READ_CHUNK)
         self.error: str | None = None
         self.writes = 0
         # Records in memory are never changed in place (changes get copies, see
@@ -345,9 +347,10 @@ class Checkpoint:
 
     def _read(self) -> bytes | None:
         """The file's bytes (None when missing). When they equal the last bytes seen, that
-        object itself is returned: the comparison reads into a reused buffer, so the
-        frequent "unchanged" case allocates nothing (a fresh copy of a large checkpoint per
-        read churned the heap and grew the RSS)."""
+        object itself is returned: the comparison reads the file in chunks into one small
+        reused buffer, so the frequent "unchanged" case allocates nothing (a fresh copy of
+        a large checkpoint per read churned the heap and grew the RSS) and keeps no second
+        copy of the file in memory."""
         try:
             f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
         except FileNotFoundError:
@@ -356,18 +359,21 @@ class Checkpoint:
             last = self._raw
             if last is None:
                 return f.read()
-            if len(self._buf) != len(last) + 1:
-                self._buf = bytearray(len(last) + 1)  # one spare byte: a longer file shows
-            view = memoryview(self._buf)
-            n = 0
-            while n < len(view):
-                got = f.readinto(view[n:])
+            buf = self._chunk
+            view = memoryview(buf)
+            old = memoryview(last)
+            pos = 0
+            while True:
+                got = f.readinto(buf)
                 if not got:
+                    if pos == len(last):
+                        return last
                     break
-                n += got
-            if n == len(last) and self._buf.startswith(last):
-                return last
-            return bytes(view[:n]) + f.read()
+                if pos + got > len(last) or view[:got] != old[pos:pos + got]:
+                    break
+                pos += got
+            # Changed: the bytes that matched, this chunk and the rest.
+            return bytes(old[:pos]) + bytes(view[:got]) + f.read()
 
     def _refresh(self) -> None:
         try:

@@ -26,6 +26,9 @@ def _run(argv: Sequence[str]) -> int:
     from plugin.malloc import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts; see plugin/malloc.py
+    from plugin.kubeimport import lean_kubernetes
+
+    lean_kubernetes()  # before anything imports kubernetes; see plugin/kubeimport.py
     from plugin.config import add_run_arguments, settings_from_args
     from plugin.logs import setup_logging
 

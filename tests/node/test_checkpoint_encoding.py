@@ -129,3 +129,23 @@ def test_scalar_records_changed_in_place(before: float, after: float) -> None:
     assert enc.encode({"u": mark}) == canonical({"u": mark.model_dump(mode="json")}).encode()
     mark.fingerprint = None
     assert enc.encode({"u": mark}) == canonical({"u": mark.model_dump(mode="json")}).encode()
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_another_instance_change_is_seen_in_any_chunk(tmp_path: Path, where: str) -> None:
+    """The unchanged-file check compares in 64 KiB chunks: a change of one record in the
+    first, a middle or the last chunk of a multi-chunk file, and a file that only grew or
+    shrank, are all seen by the other instance."""
+    path = tmp_path / "checkpoint.json"
+    a, b = Checkpoint(path), Checkpoint(path)
+    uids = [f"uid-{i:04d}" for i in range(800)]
+    a.update(lambda c: c.update({u: _record(u) for u in uids}))
+    assert path.stat().st_size > 3 * 64 * 1024
+    assert len(b.claims()) == 800
+    target = {"first": uids[0], "middle": uids[400], "last": uids[-1]}[where]
+    a.update(lambda c: c.__setitem__(target, _record(target, {"x": 1})))
+    assert b.claims()[target].devices[0].state == {"x": 1}
+    a.update(lambda c: c.__setitem__("uid-9999", _record("uid-9999")))
+    assert "uid-9999" in b.claims()
+    a.update(lambda c: c.pop(uids[-1]))
+    assert uids[-1] not in b.claims() and len(b.claims()) == 800
