@@ -74,7 +74,8 @@ class PluginServer:
         health_resend_interval: seconds between full re-sends of the health list.
         health_check_timeout_seconds: value sent in ``DeviceHealth.health_check_timeout_seconds``.
         max_workers: worker threads of the DRA server (concurrent kubelet calls plus one per
-            open health stream).
+            open health stream; further calls wait). Calls run Python under one GIL, so
+            more threads add memory (each keeps its stack pages), not throughput.
         watch_interval: seconds between checks of the registration socket file.
         rejection_backoff: (initial, maximum) seconds before re-creating the registration
             socket after a rejection; doubles per consecutive rejection.
@@ -98,7 +99,7 @@ class PluginServer:
         health_enabled: bool = True,
         health_resend_interval: float = DEFAULT_RESEND_INTERVAL,
         health_check_timeout_seconds: int = DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS,
-        max_workers: int = 32,
+        max_workers: int = 16,
         watch_interval: float = 1.0,
         rejection_backoff: tuple[float, float] = (1.0, 60.0),
         on_reregister: Callable[[], None] | None = None,
