@@ -25,7 +25,6 @@ from plugin.checkpoint import Checkpoint, CheckpointError
 from plugin.config import Settings
 from plugin.grpc.server import PluginServer
 from plugin.inventory import Inventory
-from plugin.malloc import Trimmer
 from plugin.metrics import Metrics
 from plugin.node import NodeLogic
 from plugin.orphans import OrphanSweeper
@@ -126,7 +125,6 @@ class App:
                         name, ", ".join(sorted(p.name for p in plugins)))
         _private_dir(s.data_dir)
         self.checkpoint = Checkpoint(s.data_dir / "checkpoint.json")
-        self.trimmer = Trimmer()
         self.specs = SpecStore(
             s.cdi_root, s.driver_name, s.cdi_class, max_version=s.cdi_version_max
         )
@@ -135,7 +133,6 @@ class App:
             s.driver_name,
             on_invalid=lambda _r: self.metrics.status_invalid.inc(),
             on_error=lambda _r: self.metrics.status_errors.inc(),
-            on_drained=self.trimmer.maybe_trim,
         )
         self.node = NodeLogic(
             s.driver_name,

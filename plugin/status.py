@@ -239,8 +239,7 @@ class StatusWriter:
 
     ``field_manager`` defaults to ``drakit/<driver>``. ``max_attempts`` bounds retries of one
     claim's write (backoff 0.1 s doubling to 5 s, with jitter; Retry-After honoured, up to
-    30 s). ``on_drained()`` runs on the writer thread each time the queue becomes empty
-    after a write (the end of a burst of claim work).
+    30 s).
     """
 
     def __init__(
@@ -251,7 +250,6 @@ class StatusWriter:
         max_attempts: int = 8,
         on_invalid: Callable[[str], None] | None = None,
         on_error: Callable[[str], None] | None = None,
-        on_drained: Callable[[], None] | None = None,
     ) -> None:
         self.api = api
         self.driver = driver
@@ -260,7 +258,6 @@ class StatusWriter:
         self.backoff = Backoff(initial=0.1, max_delay=5.0, jitter=0.5, max_retry_after=30.0)
         self.on_invalid = on_invalid
         self.on_error = on_error
-        self.on_drained = on_drained
         self._cond = threading.Condition()
         self._pending: dict[str, tuple[ClaimRef, list[dict[str, Any]]]] = {}
         self._busy = False
@@ -309,13 +306,7 @@ class StatusWriter:
             finally:
                 with self._cond:
                     self._busy = False
-                    drained = not self._pending
                     self._cond.notify_all()
-            if drained and self.on_drained is not None:
-                try:
-                    self.on_drained()
-                except Exception:
-                    log.exception("status writer: on_drained failed")
 
     def _apply(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
         for attempt in range(1, self.max_attempts + 1):
