@@ -43,7 +43,8 @@ def _groups() -> list[Group]:
 
     return [
         Group("claims", ("prepare_p50", "prepare_p99", "unprepare_p50", "unprepare_p99",
-                         "fsync_floor", "claim_cpu", "prepare_throughput", "rss_loaded"),
+                         "fsync_floor", "grpc_floor", "claim_get_floor", "claim_cpu",
+                         "prepare_throughput", "rss_loaded"),
               claims.run_claims),
         Group("start", ("start_to_registered", "rss_idle"), process.run_start),
         Group("publish", ("publish_cold_10k", "resync_writes"), publish.run_publish),
