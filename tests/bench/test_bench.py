@@ -103,7 +103,8 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
     if (pydra_dir() / "pydra").is_dir():
         only.append("pydra")
     figures = _run_bench(tmp_path, *only, timeout=600)
-    for name in ("prepare_p50", "unprepare_p99", "fsync_floor", "claim_cpu",
+    for name in ("prepare_p50", "unprepare_p99", "fsync_floor", "grpc_floor", "claim_get_floor",
+                 "claim_cpu",
                  "prepare_throughput", "rss_loaded", "start_to_registered", "rss_idle",
                  "publish_cold_10k", "resync_writes"):
         f = figures[name]
