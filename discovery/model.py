@@ -84,6 +84,17 @@ class DeviceAttribute(_APIModel):
         raise TypeError(f"unsupported attribute value type {type(value).__name__}: {value!r}")
 
 
+def _attribute_input(value: Any) -> Any:
+    """:meth:`DeviceAttribute.of` for a plain value, as the dict it validates."""
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"string": value}
+    return DeviceAttribute.of(value)   # raises TypeError for anything else
+
+
 def version(value: str) -> DeviceAttribute:
     """A semver attribute value (API ``DeviceAttribute.version``), e.g. ``version("1.2.3")``."""
     return DeviceAttribute(version=value)
@@ -202,15 +213,19 @@ class Device(_APIModel):
     @field_validator("attributes", mode="before")
     @classmethod
     def _wrap_attributes(cls, v: Any) -> Any:
+        # Plain values become their one-member form ({"int": 3}); dicts and attributes are
+        # left to the field's own validation (in pydantic-core, not one Python call each).
         if isinstance(v, dict):
-            return {k: DeviceAttribute.of(a) for k, a in v.items()}
+            return {k: a if isinstance(a, DeviceAttribute | dict) else _attribute_input(a)
+                    for k, a in v.items()}
         return v
 
     @field_validator("capacity", mode="before")
     @classmethod
     def _wrap_capacity(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: DeviceCapacity.of(c) for k, c in v.items()}
+            return {k: c if isinstance(c, DeviceCapacity | dict) else {"value": str(c)}
+                    for k, c in v.items()}
         return v
 
     def to_api(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ Opaque configuration: :class:`ExampleConfig` (``apiVersion: drakit.example.com/v
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import uuid
@@ -52,8 +53,6 @@ from discovery.model import (
     Counter,
     CounterSet,
     Device,
-    DeviceAttribute,
-    DeviceCapacity,
     DeviceCounterConsumption,
     DeviceTaint,
     Pool,
@@ -74,6 +73,19 @@ MAX_GENERATED = 100_000
 
 _log = logging.getLogger(__name__)
 _UUID_NAMESPACE = uuid.UUID("5d3ad1f4-4c55-4f7e-9a53-8d0b0a2f6e11")
+_UUID_NAMESPACE_SHA1 = hashlib.sha1(_UUID_NAMESPACE.bytes, usedforsecurity=False)
+
+
+def device_uuid(name: str) -> str:
+    """``str(uuid.uuid5(_UUID_NAMESPACE, name))`` (the ``uuid`` attribute of generated
+    devices), without building a UUID object: a third of the time, for 10,000 devices."""
+    digest = _UUID_NAMESPACE_SHA1.copy()
+    digest.update(name.encode("utf-8"))
+    b = bytearray(digest.digest()[:16])
+    b[6] = (b[6] & 0x0F) | 0x50     # version 5
+    b[8] = (b[8] & 0x3F) | 0x80     # RFC 4122 variant
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class _Strict(BaseModel):
@@ -221,6 +233,7 @@ class ExampleDiscovery(DiscoveryPlugin):
             self._from_file = load_inventory(self.file)
             self._mtime = self._stat()
         self._nodes: dict[str, list[DeviceNode]] = {}
+        self._key_names: dict[str, str] = {}
 
     def _stat(self) -> float | None:
         try:
@@ -288,11 +301,15 @@ class ExampleDiscovery(DiscoveryPlugin):
             _log.warning("example: device name %r is not a DNS label; using %r", name, label)
         return label
 
-    @staticmethod
-    def _keys(values: dict[str, Any], device: str, what: str) -> dict[str, Any]:
+    def _keys(self, values: dict[str, Any], device: str, what: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        names = self._key_names  # key → qualified name (the same for every device)
         for key, value in values.items():
-            q = qualified_name(str(key))
+            q = names.get(key) if type(key) is str else None
+            if q is None:
+                q = qualified_name(str(key))
+                if type(key) is str:
+                    names[key] = q
             if q != key:
                 _log.warning("example: device %s: %s key %r is not a qualified name; using %r",
                              device, what, key, q)
@@ -307,13 +324,13 @@ class ExampleDiscovery(DiscoveryPlugin):
         if dev_nodes:
             nodes[name] = dev_nodes
         attrs = {**spec.attributes, **(extra_attrs or {})}
+        # plain values, dicts or models: Device wraps them (DeviceAttribute.of,
+        # DeviceCapacity.of) and validates them
         return {
             "name": name,
-            "attributes": {k: DeviceAttribute.of(v)
-                           for k, v in self._keys(attrs, name, "attribute").items()},
-            "capacity": {k: DeviceCapacity.of(v) for k, v in
-                         self._keys(spec.capacity if capacity is None else capacity,
-                                    name, "capacity").items()},
+            "attributes": self._keys(attrs, name, "attribute"),
+            "capacity": self._keys(spec.capacity if capacity is None else capacity,
+                                   name, "capacity"),
             "device_nodes": [n.path for n in dev_nodes],
             "env": dict(spec.env),
         }
@@ -368,7 +385,7 @@ class ExampleDiscovery(DiscoveryPlugin):
         node = self.context.node_name
         for i in range(spec.start, spec.start + spec.count):
             name = dns_label(f"{prefix}-{i}")
-            extra = {"index": i, "uuid": str(uuid.uuid5(_UUID_NAMESPACE, f"{node}/{name}"))}
+            extra = {"index": i, "uuid": device_uuid(f"{node}/{name}")}
             devices.append(Device(**self._common(spec, name, nodes, extra)))
 
     # -- prepare ---------------------------------------------------------------------------

@@ -20,8 +20,12 @@ published, and writes only the difference. The semantics follow the Go
 * Writes: surplus slices are deleted first (with UID and resourceVersion preconditions;
   NotFound is fine), then existing slices are updated in place (PUT with their
   resourceVersion), then missing ones are created with ``generateName``
-  ``<node>-<driver>-``. Slices of pools that no longer exist are deleted; slices of a pool
-  that was skipped because its own fields are invalid are left alone.
+  ``<node>-<driver>-``. Within each of these three steps of a pool, up to
+  ``max_parallel_writes`` requests are in flight at once (every slice of the step already
+  carries the pool's new generation and ``resourceSliceCount``, so their order does not
+  matter); a step ends when all its requests have ended, and the first failure (in slice
+  order) is what the step raises. Slices of pools that no longer exist are deleted; slices
+  of a pool that was skipped because its own fields are invalid are left alone.
 * Ownership: an owner reference to the Node (``controller: true``; the Node UID is looked
   up once when not given) so the garbage collector removes the slices with the Node.
 * Errors: retryable API errors (429 honouring Retry-After, 5xx, connection errors) are
@@ -37,6 +41,9 @@ published, and writes only the difference. The semantics follow the Go
   schedules a resync ``watch_delay`` seconds after someone else adds, edits or deletes one
   (the kubelet deletes a node's slices when it restarts), and a periodic resync
   (``resync_period``) catches everything else. :meth:`trigger` asks for a resync now.
+  The watch may deliver the event of one of our own writes before the write's answer
+  (with its resourceVersion) is back; such an event waits until the publisher's writes in
+  flight have ended before it is judged, so our own writes never schedule a resync.
 """
 
 from __future__ import annotations
@@ -49,8 +56,10 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from discovery.model import Pool
@@ -148,10 +157,18 @@ class _Replan(Exception):
 @dataclass
 class _Desired:
     specs: dict[str, list[dict[str, Any]]]
-    keys: dict[str, list[str]]              # pool -> content_key of each spec
     protected: set[str]
     devices: int
     issues: list[ValidationIssue]
+    _keys: dict[str, list[str]] = field(default_factory=dict)
+
+    def keys(self, pool: str) -> list[str]:
+        """The content_key of each spec of ``pool``, computed when first needed (a cold
+        publish, with nothing on the server to match, needs none)."""
+        got = self._keys.get(pool)
+        if got is None:
+            got = self._keys[pool] = [content_key(s) for s in self.specs[pool]]
+        return got
 
 
 @dataclass
@@ -159,6 +176,13 @@ class _Counts:
     creates: int = 0
     updates: int = 0
     deletes: int = 0
+
+
+DEFAULT_PARALLEL_WRITES: Final = 4
+"""Slice writes of one step of a pool sync that may be in flight at once."""
+OWN_WRITE_WAIT: Final = 30.0
+"""Longest time (seconds) a watch event waits for the publisher's writes in flight to end
+before it is judged foreign (see :meth:`SlicePublisher._is_own`)."""
 
 
 class SlicePublisher:
@@ -169,7 +193,9 @@ class SlicePublisher:
     issue instead of leaving the broken parts out); ``resync_period`` (seconds between
     background resyncs); ``watch_delay`` (seconds from a foreign change to the resync);
     ``watch_timeout`` (seconds per watch request); ``backoff`` (per API call);
-    ``max_sync_attempts`` (list-and-plan rounds per sync after 409s); ``min_retry_delay``
+    ``max_parallel_writes`` (slice writes in flight at once within one step of a pool
+    sync; 1 writes one after the other); ``max_sync_attempts`` (list-and-plan rounds per
+    sync after 409s); ``min_retry_delay``
     (floor of the background retry delay after a failed sync); ``rule_options``;
     ``on_validation_issue`` (called once for each issue that is new compared with the
     previous publish), ``on_write`` (called with ``"create"``/``"update"``/``"delete"`` and
@@ -190,6 +216,7 @@ class SlicePublisher:
         watch_delay: float = 1.0,
         watch_timeout: int = 300,
         backoff: Backoff | None = None,
+        max_parallel_writes: int = DEFAULT_PARALLEL_WRITES,
         max_sync_attempts: int = 3,
         min_retry_delay: float = 1.0,
         rule_options: RuleOptions = DRAKIT_DEFAULT,
@@ -210,6 +237,7 @@ class SlicePublisher:
         self._watch_delay = watch_delay
         self._watch_timeout = watch_timeout
         self._backoff = backoff or Backoff()
+        self._max_parallel_writes = max(1, max_parallel_writes)
         self._max_sync_attempts = max(1, max_sync_attempts)
         self._min_retry_delay = min_retry_delay
         self._rules = rule_options
@@ -231,6 +259,7 @@ class SlicePublisher:
         self._warned_echo: set[str] = set()
         self._own_rvs: deque[str] = deque(maxlen=4096)
         self._own_deleted: deque[str] = deque(maxlen=4096)
+        self._writes_in_flight = 0
         self._pending_at: float | None = None
         self._watch_rv = ""
         self._watch: Any = None
@@ -373,8 +402,7 @@ class SlicePublisher:
                 continue
             specs[result.pool.name] = split_pool(result.pool, self.driver, self.node)
             devices += len(result.pool.devices)
-        keys = {pool: [content_key(s) for s in pool_specs] for pool, pool_specs in specs.items()}
-        return _Desired(specs, keys, protected - set(specs), devices, issues)
+        return _Desired(specs, protected - set(specs), devices, issues)
 
     # ------------------------------------------------------------------ sync
 
@@ -418,8 +446,9 @@ class SlicePublisher:
             seen.add(name)
             existing.setdefault(obj["spec"]["pool"]["name"], []).append(obj)
         failures: list[str] = []
-        keys = {k for pool_keys in desired.keys.values() for k in pool_keys}
-        self._echo = {k: v for k, v in self._echo.items() if k in keys}
+        if self._echo:
+            keys = {k for pool in desired.specs for k in desired.keys(pool)}
+            self._echo = {k: v for k, v in self._echo.items() if k in keys}
         for pool in sorted(set(desired.specs) | set(existing)):
             try:
                 self._sync_pool(pool, desired, existing.get(pool, []), owner, counts)
@@ -459,8 +488,7 @@ class SlicePublisher:
         if specs is None:
             if pool in desired.protected:
                 return
-            for obj in existing:
-                self._delete(obj, pool, counts)
+            self._run_writes([partial(self._delete, obj, pool, counts) for obj in existing])
             with self._cond:
                 self._generations.pop(pool, None)
             return
@@ -468,32 +496,34 @@ class SlicePublisher:
         by_key: dict[str, list[dict[str, Any]]] = {}
         for obj in sorted(existing, key=lambda o: o["metadata"]["name"]):
             by_key.setdefault(content_key(obj["spec"]), []).append(obj)
-        keys = desired.keys[pool]
-        pairs: list[tuple[dict[str, Any], str, dict[str, Any] | None]] = []
-        for spec, key in zip(specs, keys, strict=True):
-            candidates = by_key.get(key) or (by_key.get(self._echo[key]) if key in self._echo
-                                             else None) or []
-            pairs.append((spec, key, candidates.pop(0) if candidates else None))
+        pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        if existing:
+            for spec, key in zip(specs, desired.keys(pool), strict=True):
+                candidates = by_key.get(key) or (by_key.get(self._echo[key])
+                                                 if key in self._echo else None) or []
+                pairs.append((spec, candidates.pop(0) if candidates else None))
+        else:
+            pairs = [(spec, None) for spec in specs]
         unmatched = sorted((o for objs in by_key.values() for o in objs),
                            key=lambda o: o["metadata"]["name"])
         gens = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
-        in_sync = (all(m is not None for _, _, m in pairs) and not unmatched and len(gens) == 1
+        in_sync = (all(m is not None for _, m in pairs) and not unmatched and len(gens) == 1
                    and all(o["spec"]["pool"].get("resourceSliceCount") == n for o in existing))
         if in_sync:
             with self._cond:
                 self._generations[pool] = next(iter(gens))
-            for _, _, matched in pairs:
-                assert matched is not None
-                if not self._metadata_ok(matched, owner):
-                    self._update(matched, matched["spec"], owner, pool, counts, None)
+            self._run_writes([partial(self._update, matched, matched["spec"], owner, pool, counts,
+                                      content=False)
+                              for _, matched in pairs
+                              if matched is not None and not self._metadata_ok(matched, owner)])
             return
         with self._cond:
             remembered = self._generations.get(pool, 0)
         generation = max([*gens, remembered]) + 1
         spare = unmatched
-        updates: list[tuple[dict[str, Any], dict[str, Any], str]] = []
-        creates: list[tuple[dict[str, Any], str]] = []
-        for spec, key, current in pairs:
+        updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        creates: list[dict[str, Any]] = []
+        for spec, current in pairs:
             full = {**spec, "pool": {**spec["pool"], "generation": generation}}
             if current is None:
                 # spec.nodeName is immutable: reuse only a slice with the same one
@@ -502,44 +532,98 @@ class SlicePublisher:
                     current = reusable[0]
                     spare.remove(current)
             if current is None:
-                creates.append((full, key))
+                creates.append(full)
             else:
-                updates.append((current, full, key))
-        for surplus in spare:
-            self._delete(surplus, pool, counts)
-        for current_obj, full, key in updates:
-            self._update(current_obj, full, owner, pool, counts, key)
-        for full, key in creates:
-            self._create(full, owner, pool, counts, key)
+                updates.append((current, full))
+        self._run_writes([partial(self._delete, surplus, pool, counts) for surplus in spare])
+        self._run_writes([partial(self._update, current_obj, full, owner, pool, counts)
+                          for current_obj, full in updates])
+        self._run_writes([partial(self._create, full, owner, pool, counts) for full in creates])
         with self._cond:
             self._generations[pool] = generation
         log.info("published pool %s of %s on %s: generation %d, %d slice(s)", pool,
                  self.driver, self.node, generation, n)
 
-    def _remember_write(self, sent: dict[str, Any], key: str | None,
-                        answer: dict[str, Any]) -> None:
-        rv = str((answer.get("metadata") or {}).get("resourceVersion", ""))
-        if key is None:
-            with self._cond:
-                if rv:
-                    self._own_rvs.append(rv)
+    def _run_writes(self, writes: list[Callable[[], None]]) -> None:
+        """Run ``writes`` with up to ``max_parallel_writes`` in flight (the calling thread
+        is one of the workers). After a failure no further write is started; once the
+        running ones have ended, the failure of the earliest write (in list order) is
+        raised, as a sequential loop would have raised it."""
+        workers = min(self._max_parallel_writes, len(writes))
+        if workers <= 1:
+            for write in writes:
+                write()
             return
-        got = content_key(answer.get("spec") or {})
+        lock = threading.Lock()
+        pending = iter(enumerate(writes))
+        failures: dict[int, BaseException] = {}
+
+        def work() -> None:
+            while True:
+                with lock:
+                    item = None if failures else next(pending, None)
+                if item is None:
+                    return
+                index, write = item
+                try:
+                    write()
+                except BaseException as exc:  # re-raised in the calling thread
+                    with lock:
+                        failures[index] = exc
+
+        helpers = [threading.Thread(target=work, name=f"drakit-slices-write-{i}", daemon=True)
+                   for i in range(1, workers)]
+        for t in helpers:
+            t.start()
+        try:
+            work()
+        finally:
+            for t in helpers:
+                t.join()
+        if failures:
+            raise failures[min(failures)]
+
+    @contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """Marks a write in flight (see :meth:`_is_own`) until its answer is remembered."""
+        with self._cond:
+            self._writes_in_flight += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writes_in_flight -= 1
+                self._cond.notify_all()
+
+    def _remember_write(self, sent: dict[str, Any], answer: dict[str, Any], *,
+                        content: bool = True) -> None:
+        """Note the answer's resourceVersion (our own write, for the watch) and, for a write
+        of desired content, whether the server stored it differently (``_echo``)."""
+        rv = str((answer.get("metadata") or {}).get("resourceVersion", ""))
+        spec = answer.get("spec") or {}
+        # The usual answer is what was sent: nothing to compare (the content keys, which
+        # leave out the pool's generation and count, would be equal).
+        changed = content and spec != sent
+        key = content_key(sent) if changed else ""
+        got = content_key(spec) if changed else ""
         with self._cond:
             if rv:
                 self._own_rvs.append(rv)
+                self._cond.notify_all()
             if got != key:
                 self._echo[key] = got
-        if got != key and key not in self._warned_echo:
-            self._warned_echo.add(key)
+            warn = got != key and key not in self._warned_echo
+            if warn:
+                self._warned_echo.add(key)
+        if warn:
             log.warning("the API server changed ResourceSlice %s on write (fields %s); a "
                         "resource.k8s.io feature gate may be off on this cluster",
                         answer.get("metadata", {}).get("name"),
                         ", ".join(differing_fields(sent, answer.get("spec") or {})))
 
     def _count(self, verb: str, pool: str, counts: _Counts) -> None:
-        setattr(counts, verb + "s", getattr(counts, verb + "s") + 1)
         with self._cond:
+            setattr(counts, verb + "s", getattr(counts, verb + "s") + 1)
             setattr(self._stats, verb + "s", getattr(self._stats, verb + "s") + 1)
             self._stats.slice_writes += 1
         if self._on_write is not None:
@@ -557,27 +641,30 @@ class SlicePublisher:
             raise
 
     def _create(self, spec: dict[str, Any], owner: dict[str, Any] | None, pool: str,
-                counts: _Counts, key: str) -> None:
+                counts: _Counts) -> None:
         obj = {"apiVersion": api_version("v1"), "kind": "ResourceSlice",
                "metadata": self._metadata({"generateName": self._generate_name}, owner),
                "spec": spec}
-        answer = self._write(lambda: self.api.create_slice(obj), "create ResourceSlice")
-        assert answer is not None
-        self._remember_write(spec, key, answer)
+        with self._in_flight():
+            answer = self._write(lambda: self.api.create_slice(obj), "create ResourceSlice")
+            assert answer is not None
+            self._remember_write(spec, answer)
         self._count("create", pool, counts)
 
     def _update(self, existing: dict[str, Any], spec: dict[str, Any],
-                owner: dict[str, Any] | None, pool: str, counts: _Counts,
-                key: str | None) -> None:
-        """PUT ``spec`` over ``existing``; ``key`` is the desired content key (None for a
-        metadata-only update that re-sends the server's own spec)."""
+                owner: dict[str, Any] | None, pool: str, counts: _Counts, *,
+                content: bool = True) -> None:
+        """PUT ``spec`` over ``existing``; ``content=False`` for a metadata-only update that
+        re-sends the server's own spec."""
         spec = carry_time_added(spec, existing.get("spec") or {})
         obj = {"apiVersion": api_version("v1"), "kind": "ResourceSlice",
                "metadata": self._metadata(existing["metadata"], owner), "spec": spec}
         name = existing["metadata"]["name"]
-        answer = self._write(lambda: self.api.update_slice(obj), f"update ResourceSlice {name}")
-        assert answer is not None
-        self._remember_write(spec, key, answer)
+        with self._in_flight():
+            answer = self._write(lambda: self.api.update_slice(obj),
+                                 f"update ResourceSlice {name}")
+            assert answer is not None
+            self._remember_write(spec, answer, content=content)
         self._count("update", pool, counts)
 
     def _delete(self, existing: dict[str, Any], pool: str, counts: _Counts) -> None:
@@ -633,9 +720,15 @@ class SlicePublisher:
                 next_resync = time.monotonic() + delay
 
     def _is_own(self, event_type: str, obj: dict[str, Any], rv: str) -> bool:
+        """True for the event of one of our own writes. A deletion is known by name before
+        it is sent; a create or update only by the resourceVersion of its answer, which may
+        arrive after the event: then the event waits (at most :data:`OWN_WRITE_WAIT`) until
+        its resourceVersion is known or no write of ours is in flight."""
         with self._cond:
             if event_type == "DELETED":
                 return (obj.get("metadata") or {}).get("name") in self._own_deleted
+            self._cond.wait_for(lambda: rv in self._own_rvs or not self._writes_in_flight
+                                or self._stopping.is_set(), timeout=OWN_WRITE_WAIT)
             return rv in self._own_rvs
 
     def _watch_loop(self) -> None:

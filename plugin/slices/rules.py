@@ -39,7 +39,8 @@ TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute", "None")
 NODE_SELECTION_FIELDS: Final = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 LIST_ATTRIBUTE_MEMBERS: Final = ("ints", "bools", "strings", "versions")
 ATTRIBUTE_MEMBERS: Final = ("int", "bool", "string", "version", *LIST_ATTRIBUTE_MEMBERS)
-_INT64_MIN: Final = -(2**63)
+_ATTRIBUTE_MEMBER_SET: Final = frozenset(ATTRIBUTE_MEMBERS)
+INT64_MIN: Final = -(2**63)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def validate_attribute(key: str, attr: Any, map_path: str) -> list[FieldError]:
         errs.append(fe.invalid(fe.child(path, m), attr[m], "unknown attribute member"))
     if "int" in present:
         v = attr["int"]
-        if isinstance(v, bool) or not isinstance(v, int) or not _INT64_MIN <= v <= MAX_INT64:
+        if isinstance(v, bool) or not isinstance(v, int) or not INT64_MIN <= v <= MAX_INT64:
             errs.append(fe.invalid(fe.child(path, "int"), v, "must be a 64-bit signed integer"))
     if "bool" in present and not isinstance(attr["bool"], bool):
         errs.append(fe.invalid(fe.child(path, "bool"), attr["bool"], "must be a boolean"))
@@ -158,7 +159,7 @@ def validate_attribute(key: str, attr: Any, map_path: str) -> list[FieldError]:
                 else:
                     errs.extend(formats.semver(v, ipath))
             elif m == "ints" and (isinstance(v, bool) or not isinstance(v, int)
-                                  or not _INT64_MIN <= v <= MAX_INT64):
+                                  or not INT64_MIN <= v <= MAX_INT64):
                 errs.append(fe.invalid(ipath, v, "must be a 64-bit signed integer"))
             elif m == "bools" and not isinstance(v, bool):
                 errs.append(fe.invalid(ipath, v, "must be a boolean"))
@@ -175,9 +176,8 @@ def attribute_value_count(attr: Any) -> int:
     if not isinstance(attr, dict):
         return 0
     n = 0
-    for m in ATTRIBUTE_MEMBERS:
-        v = attr.get(m)
-        if v is not None:
+    for m, v in attr.items():
+        if v is not None and m in _ATTRIBUTE_MEMBER_SET:
             n += len(v) if isinstance(v, list) else 1
     return n
 
@@ -515,9 +515,9 @@ def validate_spec_node_selection(spec: dict[str, Any], path: str = "spec") -> li
 
 def _device_node_selection(device: dict[str, Any], path: str,
                            per_device: bool) -> list[FieldError]:
-    fields = ("nodeName", "nodeSelector", "allNodes")
     if not per_device:
-        if any(device.get(f) is not None for f in fields):
+        if device.get("nodeName") is not None or device.get("nodeSelector") is not None \
+                or device.get("allNodes") is not None:
             return [fe.invalid(path, None, "`nodeName`, `nodeSelector` and `allNodes` can only be "
                                            "set if `perDeviceNodeSelection` is set to true in the "
                                            "ResourceSlice spec")]
@@ -591,6 +591,8 @@ def validate_binding_conditions(device: dict[str, Any], path: str) -> list[Field
     overlap, both set or both empty."""
     bc = device.get("bindingConditions")
     bfc = device.get("bindingFailureConditions")
+    if bc is None and bfc is None:
+        return []
     bc_path = fe.child(path, "bindingConditions")
     bfc_path = fe.child(path, "bindingFailureConditions")
     errs: list[FieldError] = []
@@ -629,16 +631,18 @@ def validate_device_structure(device: dict[str, Any], path: str, *, per_device: 
     name = device.get("name")
     if not name:
         errs.append(fe.required(fe.child(path, "name")))
-    else:
+    elif not (type(name) is str and formats.is_dns_label(name)):
         errs.extend(formats.dns_label(name, fe.child(path, "name")))
-    for f in sorted(set(device) - _DEVICE_FIELDS):
-        errs.append(fe.invalid(fe.child(path, f), device[f], "unknown device field"))
+    if not _DEVICE_FIELDS.issuperset(device):
+        for f in sorted(set(device) - _DEVICE_FIELDS):
+            errs.append(fe.invalid(fe.child(path, f), device[f], "unknown device field"))
     attributes = device.get("attributes") or {}
     capacity = device.get("capacity") or {}
-    allow_multiple = device.get("allowMultipleAllocations") is True
-    cmap = fe.child(path, "capacity")
-    for k in sorted(capacity):
-        errs.extend(validate_capacity(k, capacity[k], cmap, allow_multiple, opts))
+    if capacity:
+        allow_multiple = device.get("allowMultipleAllocations") is True
+        cmap = fe.child(path, "capacity")
+        for k in sorted(capacity):
+            errs.extend(validate_capacity(k, capacity[k], cmap, allow_multiple, opts))
     total = len(attributes) + len(capacity)
     if total > MAX_ATTRIBUTES_AND_CAPACITIES:
         errs.append(fe.invalid(path, total, "the total number of attributes and capacities must "

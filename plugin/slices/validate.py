@@ -147,7 +147,7 @@ def validate_pool(pool: Pool, driver: str, node_name: str,
         counter_sets[api["name"]] = api
         out.counter_sets.append(api)
     names: set[str] = set()
-    valid_attributes: set[tuple[Any, ...]] = set()
+    valid_attributes = _AttributeMemo()
     for i, device in enumerate(pool.devices):
         api = device.to_api()
         path = fe.index("spec.devices", i)
@@ -193,25 +193,52 @@ def _in_driver_domain(key: str, driver: str) -> str | None:
     return None
 
 
-def _attribute_key(key: str, attr: Any) -> tuple[Any, ...] | None:
-    """A hashable identity of one attribute entry whose members are all scalars (types
-    included, so ``True`` and ``1`` differ); None for anything else (not memoized)."""
-    if not isinstance(attr, dict):
-        return None
-    parts: list[Any] = [key]
-    for m, v in attr.items():
-        if v is not None and type(v) not in (str, int, bool, float):
-            return None
-        parts.append((m, type(v), v))
-    return tuple(parts)
+class _AttributeMemo:
+    """What :func:`rules.validate_attribute` depends on besides the value's type and
+    size, memoized for one pool: whether an attribute key passes the qualified-name rule
+    (it alone decides that), and whether a version string is valid semver."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, bool] = {}
+        self._versions: dict[str, bool] = {}
+
+    def key_ok(self, key: str) -> bool:
+        ok = self._keys.get(key)
+        if ok is None:
+            ok = self._keys[key] = not formats.qualified_name(key, "")
+        return ok
+
+    def version_ok(self, value: str) -> bool:
+        ok = self._versions.get(value)
+        if ok is None:
+            ok = self._versions[value] = not formats.semver(value, "")
+        return ok
+
+    def valid(self, key: str, attr: Any) -> bool:
+        """True when :func:`rules.validate_attribute` finds nothing wrong with a
+        one-member scalar attribute (the usual shape); False means "not known": the
+        caller runs the full check."""
+        if type(attr) is not dict or len(attr) != 1 or not self.key_ok(key):
+            return False
+        [(member, value)] = attr.items()
+        if member == "int":
+            return type(value) is int and rules.INT64_MIN <= value <= rules.MAX_INT64
+        if member == "string":
+            return type(value) is str and formats.nbytes(value) <= formats.ATTRIBUTE_VALUE_MAX
+        if member == "bool":
+            return type(value) is bool
+        if member == "version":
+            return type(value) is str and self.version_ok(value)
+        return False
 
 
 def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
-                         driver: str, valid: set[tuple[Any, ...]] | None = None,
+                         driver: str, memo: _AttributeMemo | None = None,
                          ) -> tuple[dict[str, Any], list[ValidationIssue]]:
-    """Drop the attributes :func:`rules.validate_attribute` rejects. ``valid`` memoizes
-    scalar attribute entries found valid (their check does not depend on the device), so
-    10,000 devices sharing attributes are checked once per distinct entry."""
+    """Drop the attributes :func:`rules.validate_attribute` rejects. ``memo`` lets
+    one-member scalar attributes (int, bool, string, version) skip the full check when
+    their key is known to be valid and their value passes the member's type and size rules
+    (what the full check would find), so 10,000 devices with per-device values are cheap."""
     attributes: dict[str, Any] = api.get("attributes") or {}
     if not attributes:
         return api, []
@@ -220,13 +247,9 @@ def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
     keep: dict[str, Any] = {}
     qualified_ids = {i for k in attributes if (i := _in_driver_domain(k, driver)) is not None}
     for key in sorted(attributes):
-        memo = _attribute_key(key, attributes[key]) if valid is not None else None
-        if valid is not None and memo is not None and memo in valid:
-            errors: list[FieldError] = []
-        else:
-            errors = rules.validate_attribute(key, attributes[key], amap)
-            if valid is not None and memo is not None and not errors:
-                valid.add(memo)
+        attr = attributes[key]
+        errors: list[FieldError] = [] if memo is not None and memo.valid(key, attr) \
+            else rules.validate_attribute(key, attr, amap)
         if "/" not in key and key in qualified_ids:
             errors.append(fe.invalid(amap, key, "the attribute is also given with the driver's "
                                                 f"domain as {driver}/{key}"))
@@ -234,7 +257,7 @@ def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
             issues.extend(ValidationIssue(pool, e, "attribute dropped", device=device,
                                           attribute=key) for e in errors)
             continue
-        keep[key] = attributes[key]
+        keep[key] = attr
     api = dict(api)
     if keep:
         api["attributes"] = keep
@@ -246,6 +269,8 @@ def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
 def _capacity_domain_duplicates(api: dict[str, Any], path: str,
                                 driver: str) -> list[FieldError]:
     capacity = api.get("capacity") or {}
+    if not capacity:
+        return []
     ids = {i for k in capacity if (i := _in_driver_domain(k, driver)) is not None}
     return [fe.invalid(fe.child(path, "capacity"), k, "the capacity is also given with the "
                                                       f"driver's domain as {driver}/{k}")

@@ -71,17 +71,42 @@ def claim_request_from_v1beta1(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _map_list(obj: dict[str, Any], path: tuple[str, ...], fn: Any) -> dict[str, Any]:
-    """``obj`` (changed in place, and returned) with ``fn`` applied to each dict item of
-    the list at ``path``."""
-    out = obj
-    parent: Any = out
+    """``obj`` with ``fn`` applied to each dict item of the list at ``path``: the maps on
+    the way to the list are copied (shallow), ``obj`` itself is not changed."""
+    parents: list[dict[str, Any]] = [obj]
     for key in path[:-1]:
-        parent = parent.get(key) if isinstance(parent, dict) else None
-        if not isinstance(parent, dict):
-            return out
-    items = parent.get(path[-1])
-    if isinstance(items, list):
-        parent[path[-1]] = [fn(i) if isinstance(i, dict) else i for i in items]
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return obj
+        parents.append(child)
+    items = parents[-1].get(path[-1])
+    if not isinstance(items, list):
+        return obj
+    value: Any = [fn(i) if isinstance(i, dict) else i for i in items]
+    for parent, key in zip(reversed(parents), reversed(path), strict=True):
+        value = {**parent, key: value}
+    out: dict[str, Any] = value
+    return out
+
+
+def _device_to_v1beta1_shared(device: dict[str, Any]) -> dict[str, Any]:
+    """:func:`slice_device_to_v1beta1` sharing the field values with ``device``."""
+    out: dict[str, Any] = {}
+    basic = {k: v for k, v in device.items() if k != "name"}
+    if "name" in device:
+        out["name"] = device["name"]
+    if basic:
+        out["basic"] = basic
+    return out
+
+
+def _request_to_v1beta1_shared(request: dict[str, Any]) -> dict[str, Any]:
+    """:func:`claim_request_to_v1beta1` sharing the field values with ``request``."""
+    out = {k: v for k, v in request.items() if k != "exactly"}
+    exactly = request.get("exactly")
+    if isinstance(exactly, dict):
+        for key, value in exactly.items():
+            out.setdefault(key, value)
     return out
 
 
@@ -103,16 +128,24 @@ def to_internal(info: ResourceInfo, version: str, obj: dict[str, Any]) -> dict[s
 
 
 def from_internal(
-    info: ResourceInfo, version: str, obj: dict[str, Any], *, with_type: bool = True
+    info: ResourceInfo, version: str, obj: dict[str, Any], *, with_type: bool = True,
+    copy: bool = True,
 ) -> dict[str, Any]:
     """Stored v1 object → ``version``; ``apiVersion``/``kind`` are set first when
-    ``with_type`` (list items carry neither, as kube-apiserver writes them)."""
-    body = clone({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
+    ``with_type`` (list items carry neither, as kube-apiserver writes them).
+
+    ``copy=False`` shares everything it does not change with ``obj``: for an answer that is
+    encoded at once (no deep copy of a 128-device slice per answer or watch event)."""
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    if copy:
+        body = clone(body)
     if version == "v1beta1":
+        # The body is either a fresh copy or shared for encoding only: the converted
+        # items may share their values with it.
         if info is RESOURCE_SLICES:
-            body = _map_list(body, _SLICE_DEVICES, slice_device_to_v1beta1)
+            body = _map_list(body, _SLICE_DEVICES, _device_to_v1beta1_shared)
         elif info is RESOURCE_CLAIMS:
-            body = _map_list(body, _CLAIM_REQUESTS, claim_request_to_v1beta1)
+            body = _map_list(body, _CLAIM_REQUESTS, _request_to_v1beta1_shared)
     if not with_type:
         return body
     api_version = f"{info.group}/{version}" if info.group else version

@@ -353,15 +353,16 @@ class APIRequestHandler(BaseHTTPRequestHandler):
             if info.namespaced and route.namespace is None:
                 raise errors.method_not_allowed()
             new_obj = registry.create(info, ns, version, _json_body(body), dry_run=dry_run)
-            self._send_json(201, from_internal(info, version, new_obj))
+            self._send_json(201, from_internal(info, version, new_obj, copy=False))
             return 201
         if verb == "get":
-            self._send_json(200, from_internal(info, version, registry.get(info, ns, route.name)))
+            current = registry.get(info, ns, route.name)
+            self._send_json(200, from_internal(info, version, current, copy=False))
             return 200
         if verb == "update":
             updated = registry.update(info, ns, route.name, version, _json_body(body),
                                       subresource=route.subresource, dry_run=dry_run)
-            self._send_json(200, from_internal(info, version, updated))
+            self._send_json(200, from_internal(info, version, updated, copy=False))
             return 200
         if verb == "patch":
             patched, created = registry.patch(
@@ -370,7 +371,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
                 force=_flag(query, "force"), dry_run=dry_run,
             )
             code = 201 if created else 200
-            self._send_json(code, from_internal(info, version, patched))
+            self._send_json(code, from_internal(info, version, patched, copy=False))
             return code
         if verb == "delete":
             if route.subresource:
@@ -378,7 +379,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
             options = _json_body(body) if body.strip() else None
             deleted = registry.delete(info, ns, route.name, options, dry_run=dry_run)
             if info.returns_deleted_object:
-                self._send_json(200, from_internal(info, version, deleted))
+                self._send_json(200, from_internal(info, version, deleted, copy=False))
             else:
                 self._send_json(200, {
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -398,13 +399,16 @@ class APIRequestHandler(BaseHTTPRequestHandler):
             "kind": f"{info.kind}List",
             "apiVersion": api_version_of(info, version),
             "metadata": meta,
-            "items": [from_internal(info, version, i, with_type=False) for i in items],
+            "items": [from_internal(info, version, i, with_type=False, copy=False)
+                      for i in items],
         }
 
     def _list(self, route: Route, query: dict[str, list[str]], predicate: Any) -> int:
         assert route.info is not None
         info = route.info
-        items, rv = self.server.ctx.registry.store.select(info.plural, route.namespace, predicate)
+        # The stored objects are only encoded: no copies.
+        items, rv = self.server.ctx.registry.store.select(info.plural, route.namespace, predicate,
+                                                          copy=False)
         token = _param(query, "continue")
         if token:
             start = token.split("/", 1)[1] if "/" in token else token
@@ -436,7 +440,8 @@ class APIRequestHandler(BaseHTTPRequestHandler):
         bookmarks = _flag(query, "allowWatchBookmarks")
         with store.locked():
             if start in ("", "0") or send_initial:
-                initial, last = store.select(info.plural, route.namespace, predicate)
+                initial, last = store.select(info.plural, route.namespace, predicate,
+                                             copy=False)
             else:
                 if not start.isdigit():
                     raise errors.bad_request(f"invalid resource version {start!r}")
@@ -493,7 +498,8 @@ class APIRequestHandler(BaseHTTPRequestHandler):
 
     def _send_event(self, kind: str, info: ResourceInfo, version: str,
                     obj: dict[str, Any]) -> None:
-        line = json.dumps({"type": kind, "object": from_internal(info, version, obj)},
+        line = json.dumps({"type": kind,
+                           "object": from_internal(info, version, obj, copy=False)},
                           separators=(",", ":"))
         self._write_chunk(line.encode("utf-8") + b"\n")
 

@@ -67,24 +67,33 @@ class Store:
     def get(self, key: Key) -> dict[str, Any] | None:
         with self._cond:
             obj = self._objects.get(key)
-            return clone(obj) if obj is not None else None
+        # Stored objects are never changed in place: copy outside the lock.
+        return clone(obj) if obj is not None else None
 
     def select(
         self,
         plural: str,
         namespace: str | None,
         predicate: Callable[[Mapping[str, Any]], bool] | None = None,
+        *,
+        copy: bool = True,
     ) -> tuple[list[dict[str, Any]], int]:
-        """Matching objects sorted by (namespace, name) and the current resourceVersion."""
+        """Matching objects sorted by (namespace, name) and the current resourceVersion.
+
+        The objects are taken under the lock and filtered and copied after it is released
+        (stored objects are never changed in place), so a big list never holds up writers.
+        ``copy=False`` returns the stored objects themselves, for callers that only read
+        them (encoding an answer): they must not be changed."""
         with self._cond:
-            items = [
-                clone(obj)
-                for key, obj in sorted(self._objects.items())
-                if key[0] == plural
-                and (namespace is None or key[1] == namespace)
-                and (predicate is None or predicate(obj))
+            snapshot = [
+                (key, obj)
+                for key, obj in self._objects.items()
+                if key[0] == plural and (namespace is None or key[1] == namespace)
             ]
-            return items, self._rv
+            rv = self._rv
+        snapshot.sort(key=lambda item: item[0])
+        items = [obj for _, obj in snapshot if predicate is None or predicate(obj)]
+        return ([clone(obj) for obj in items] if copy else items), rv
 
     def owners(self, key: Key) -> Owners:
         with self._cond:

@@ -57,6 +57,9 @@ SUBDOMAIN_MSG = (
 NODE_SELECTION_FIELDS = "`nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection`"
 _ATTRIBUTE_MEMBERS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 _LIST_MEMBERS = ("ints", "bools", "strings", "versions")
+_LIST_MEMBER_SET = frozenset(_LIST_MEMBERS)
+_ATTRIBUTE_MEMBER_SET = frozenset(_ATTRIBUTE_MEMBERS)
+_DNS_LABEL_RE = re.compile(DNS_LABEL, re.ASCII)
 
 
 def _nbytes(value: str) -> int:
@@ -150,17 +153,36 @@ def _node_selection(spec: Mapping[str, Any]) -> list[Cause]:
     return causes
 
 
+def _is_label(value: Any) -> bool:
+    """True for a valid DNS label (the fast path of :func:`check_label`: a pattern match
+    means ASCII, so the length is the byte count)."""
+    return type(value) is str and 0 < len(value) <= 63 and _DNS_LABEL_RE.fullmatch(value) \
+        is not None
+
+
+def _is_map(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _device(path: str, device: Any) -> list[Cause]:
-    if not isinstance(device, Mapping):
+    if not _is_map(device):
         return [invalid(path, device, "must be an object")]
-    causes = check_label(f"{path}.name", device.get("name"))
+    name = device.get("name")
+    causes = [] if _is_label(name) else check_label(f"{path}.name", name)
     attributes = device.get("attributes") or {}
     capacity = device.get("capacity") or {}
     total = len(attributes) + len(capacity)
     if total > MAX_ATTRIBUTES_AND_CAPACITIES:
         causes.append(invalid(path, total, "the total number of attributes and capacities "
                               f"must not exceed {MAX_ATTRIBUTES_AND_CAPACITIES}"))
-    for key, attr in attributes.items() if isinstance(attributes, Mapping) else []:
+    for key, attr in attributes.items() if _is_map(attributes) else []:
+        if type(attr) is dict and len(attr) == 1:
+            # the usual shape, one member: checked without building paths
+            [(member, value)] = attr.items()
+            if member in _ATTRIBUTE_MEMBER_SET and not (
+                    member in ("string", "version") and isinstance(value, str)
+                    and _nbytes(value) > MAX_ATTRIBUTE_VALUE_LENGTH):
+                continue
         apath = f"{path}.attributes[{key}]"
         members = [m for m in _ATTRIBUTE_MEMBERS if isinstance(attr, Mapping) and m in attr]
         if len(members) != 1:
@@ -179,13 +201,14 @@ def _device(path: str, device: Any) -> list[Cause]:
 
 
 def _needs_small_slice(device: Any) -> bool:
-    if not isinstance(device, Mapping):
+    if not _is_map(device):
         return False
+    if device.get("taints") or device.get("consumesCounters"):
+        return True
     attrs = device.get("attributes") or {}
-    has_list = any(
-        isinstance(a, Mapping) and any(m in a for m in _LIST_MEMBERS) for a in attrs.values()
-    ) if isinstance(attrs, Mapping) else False
-    return bool(device.get("taints")) or bool(device.get("consumesCounters")) or has_list
+    if not _is_map(attrs):
+        return False
+    return any(_is_map(a) and not _LIST_MEMBER_SET.isdisjoint(a) for a in attrs.values())
 
 
 def validate_resource_slice(
@@ -222,7 +245,7 @@ def validate_resource_slice(
             seen: set[str] = set()
             for i, device in enumerate(devices):
                 causes += _device(f"spec.devices[{i}]", device)
-                name = device.get("name") if isinstance(device, Mapping) else None
+                name = device.get("name") if _is_map(device) else None
                 if isinstance(name, str) and name:
                     if name in seen:
                         causes.append(duplicate(f"spec.devices[{i}]", name))

@@ -3,11 +3,18 @@ objects, the store's watch history and the fault injector."""
 
 from __future__ import annotations
 
+import copy
+import threading
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 
+from plugin.testing.apiserver_convert import from_internal
 from plugin.testing.apiserver_errors import ApiError, invalid, invalid_object, required
 from plugin.testing.apiserver_faults import FaultInjector, FaultPlan
 from plugin.testing.apiserver_patch import json_patch, merge_patch
+from plugin.testing.apiserver_resources import RESOURCE_SLICES
 from plugin.testing.apiserver_selectors import parse_field_selector, parse_label_selector
 from plugin.testing.apiserver_store import Store
 
@@ -103,6 +110,52 @@ def test_store_history_and_compaction() -> None:
     assert store.is_compacted(start)
     assert not store.is_compacted(start + 2)
     assert store.events_after(store.resource_version, timeout=0) == []
+
+
+def test_store_select_copies_and_does_not_hold_the_lock() -> None:
+    store = Store()
+    for name in "ba":
+        store.put(("resourceslices", "", name),
+                  {"metadata": {"name": name}, "spec": {"devices": [{"name": "d"}]}})
+    store.put(("nodes", "", "n"), {"metadata": {"name": "n"}})
+    items, rv = store.select("resourceslices", None)
+    assert [i["metadata"]["name"] for i in items] == ["a", "b"] and rv == store.resource_version
+    items[0]["spec"]["devices"].append({"name": "mine"})         # a copy: the store keeps its own
+    shared, _ = store.select("resourceslices", None, copy=False)
+    assert shared[0]["spec"]["devices"] == [{"name": "d"}]
+    assert store.select("resourceslices", None, copy=False)[0][0] is shared[0]
+
+    # filtering (and copying) happens after the lock is released: a writer in another
+    # thread is not held up by a list in progress
+    written = []
+
+    def predicate(obj: Mapping[str, Any]) -> bool:
+        name = obj["metadata"]["name"]
+        t = threading.Thread(target=lambda: written.append(
+            store.put(("resourceslices", "", name + "-new"), {"metadata": {"name": "x"}})))
+        t.start()
+        t.join(timeout=5)
+        return not t.is_alive()
+
+    items, _ = store.select("resourceslices", None, predicate)
+    assert len(items) == 2 and len(written) == 2    # the list is of the state it started in
+
+
+def test_from_internal_shared_for_encoding_does_not_change_the_object() -> None:
+    obj = {"metadata": {"name": "s", "resourceVersion": "7"},
+           "spec": {"driver": "d", "devices": [{"name": "a", "attributes": {"x": {"int": 1}}}]}}
+    before = copy.deepcopy(obj)
+    for version in ("v1", "v1beta2", "v1beta1"):
+        shared = from_internal(RESOURCE_SLICES, version, obj, copy=False)
+        assert shared == from_internal(RESOURCE_SLICES, version, obj)
+        assert obj == before
+    v1beta1 = from_internal(RESOURCE_SLICES, "v1beta1", obj, copy=False)
+    assert v1beta1["spec"]["devices"] == [{"name": "a", "basic": {"attributes": {"x": {"int": 1}}}}]
+    assert v1beta1["spec"]["devices"][0]["basic"]["attributes"] is obj["spec"]["devices"][0][
+        "attributes"]                                        # shared, not copied
+    copied = from_internal(RESOURCE_SLICES, "v1beta1", obj)
+    assert copied["spec"]["devices"][0]["basic"]["attributes"] is not obj["spec"]["devices"][0][
+        "attributes"]
 
 
 def test_fault_injector_max_faults_and_filters() -> None:

@@ -115,6 +115,24 @@ def test_devices(server: EmbeddedAPIServer) -> None:
                                         "of attributes and capacities must not exceed 32")]
 
 
+def test_attribute_shapes(server: EmbeddedAPIServer) -> None:
+    """Each attribute on its own: one member (checked without building paths), the
+    64-byte limit in bytes, and the shapes that are not exactly one member."""
+    body = S(2)
+    body["spec"]["devices"][1]["attributes"] = {
+        "ok_int": {"int": 5}, "ok_bool": {"bool": False}, "ok_version": {"version": "1.2.3"},
+        "ok_multibyte": {"string": "é" * 32}, "too_long_multibyte": {"string": "é" * 33},
+        "long_version": {"version": "1." * 40}, "empty": {}, "unknown": {"float": 1.5},
+        "not_a_map": "x", "list": {"ints": [1, 2]}, "null": {"string": None}}
+    one = 'Invalid value: "": exactly one value must be specified'
+    too_long = "Too long: may not be more than 64 bytes"
+    p = "spec.devices[1].attributes"
+    assert causes_of(server, body) == [
+        (f"{p}[too_long_multibyte].string", too_long), (f"{p}[long_version].version", too_long),
+        (f"{p}[empty]", one), (f"{p}[unknown]", one), (f"{p}[not_a_map]", one),
+        (f"{p}[null]", one)]
+
+
 def test_immutable_fields_on_update(server: EmbeddedAPIServer) -> None:
     created = server.create_object("resourceslices", S())
     changed = copy.deepcopy(created)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,13 @@ import pytest
 import yaml
 
 from discovery import ClaimRef, DeviceRequest, DiscoveryContext, Pool
-from discovery.builtin.example import DEMO_FILE, ExampleConfig, ExampleDiscovery
+from discovery.builtin.example import (
+    _UUID_NAMESPACE,
+    DEMO_FILE,
+    ExampleConfig,
+    ExampleDiscovery,
+    device_uuid,
+)
 
 Ctx = Callable[..., DiscoveryContext]
 
@@ -102,6 +109,30 @@ def test_generate_10000(make_ctx: Ctx, api_valid: Callable[[list[Pool]], None]) 
     again = ExampleDiscovery(make_ctx(generate={"count": 3, "prefix": "fake"})).discover()
     assert [d.attributes["uuid"].string for d in again[0].devices] == \
         [d.attributes["uuid"].string for d in devices[:3]]
+
+
+@pytest.mark.parametrize("name", ["node-1/fake-0", "bench-node/dev-9999", "", "nœud/é-1",
+                                  "x" * 300])
+def test_device_uuid_is_uuid5(name: str) -> None:
+    assert device_uuid(name) == str(uuid.uuid5(_UUID_NAMESPACE, name))
+
+
+def test_generated_uuids_are_uuid5_of_node_and_name(make_ctx: Ctx) -> None:
+    [pool] = ExampleDiscovery(make_ctx(generate={"count": 3, "prefix": "fake"})).discover()
+    node = make_ctx().node_name
+    assert [d.attributes["uuid"].string for d in pool.devices] == \
+        [str(uuid.uuid5(_UUID_NAMESPACE, f"{node}/fake-{i}")) for i in range(3)]
+
+
+def test_bad_keys_mapped_and_warned_for_every_device(
+        make_ctx: Ctx, caplog: pytest.LogCaptureFixture) -> None:
+    plugin = ExampleDiscovery(make_ctx(generate={"count": 3, "prefix": "g",
+                                                 "attributes": {"bad key": 1}}))
+    with caplog.at_level("WARNING"):
+        [pool] = plugin.discover()
+        plugin.discover()
+    assert all(set(d.attributes) == {"bad_key", "index", "uuid"} for d in pool.devices)
+    assert caplog.text.count("'bad key' is not a qualified name; using 'bad_key'") == 6
 
 
 def test_file_option_reload_and_errors(tmp_path: Path, make_ctx: Ctx) -> None:

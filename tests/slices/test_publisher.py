@@ -275,6 +275,8 @@ def test_background_watch_restores_deleted_and_edited_slices(
     server.update_object("resourceslices", edited)
     wait_for(lambda: len(slices(server)[0]["spec"]["devices"]) == 3, what="edit undone")
     assert generations(slices(server)) == {3}
+    # the server shows a write before the publisher has counted it: wait for the sync's end
+    wait_for(lambda: pub.stats.generations == {NODE: 3}, what="the restoring sync to end")
     writes = pub.stats.slice_writes
     pub.stop()
     assert pub.stats.slice_writes == writes

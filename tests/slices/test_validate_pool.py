@@ -6,7 +6,7 @@ import pytest
 
 from discovery.model import CounterSet, Device, DeviceAttribute, Pool
 from plugin.slices import formats
-from plugin.slices.rules import SERVER_PARITY
+from plugin.slices.rules import SERVER_PARITY, validate_attribute
 from plugin.slices.validate import SliceValidationError, validate_pool, validate_pools
 
 DRIVER = "gpu.example.com"
@@ -184,3 +184,29 @@ def test_strict_error_lists_every_issue() -> None:
     err = SliceValidationError(res.issues)
     assert len(err.issues) == 2
     assert "spec.devices[0].name" in str(err) and "spec.devices[1].name" in str(err)
+
+
+def test_per_device_attribute_values_checked_on_every_device() -> None:
+    """Many devices with per-device values (the memo only knows keys and versions): every
+    bad value is still found, with the same error as the full check gives."""
+    values: list[dict[str, object]] = [
+        {"int": 7}, {"int": 2**63}, {"int": -(2**63) - 1}, {"bool": True}, {"string": "ok"},
+        {"string": "é" * 33}, {"string": "é" * 32}, {"version": "1.2.3"}, {"version": "1.2"},
+        {"version": "1." * 40}, {"ints": [1]}, {}, {"int": 1, "string": "x"}]
+    devices = [dev(f"d-{i}", attributes={"value": DeviceAttribute.model_validate(v),
+                                         "bad key": i, "index": i})
+               for i, v in enumerate(values * 3)]
+    res = validate_pool(Pool(name="p", devices=devices), DRIVER, NODE)
+    assert res.pool is not None
+    got: dict[str, list[str]] = {}
+    for issue in res.issues:
+        got.setdefault(issue.device or "", []).append(f"{issue.field}: {issue.rule}")
+    for i, d in enumerate(devices):
+        api = d.to_api()
+        path = f"spec.devices[{i}].attributes"
+        want = [f"{e.field}: {e.type}: {e.detail}" if e.detail else f"{e.field}: {e.type}"
+                for key in sorted(api["attributes"])
+                for e in validate_attribute(key, api["attributes"][key], path)]
+        assert got.get(d.name, []) == want, d.name
+        assert set(res.pool.devices[i]["attributes"]) == \
+            {"index"} | ({"value"} if not any("[value]" in w for w in want) else set())
