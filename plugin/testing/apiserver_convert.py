@@ -19,6 +19,7 @@ modify their input.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from .apiserver_json import clone, strip_nulls
@@ -27,10 +28,17 @@ from .apiserver_resources import RESOURCE_CLAIMS, RESOURCE_SLICES, ResourceInfo
 _REQUEST_OWN_FIELDS = ("name", "firstAvailable")
 
 
-def slice_device_to_v1beta1(device: dict[str, Any]) -> dict[str, Any]:
-    """v1 device → v1beta1 device: every field except ``name`` moves under ``basic``."""
+def _shared(value: Any) -> Any:
+    return value
+
+
+def slice_device_to_v1beta1(device: dict[str, Any], *, copy: bool = True) -> dict[str, Any]:
+    """v1 device → v1beta1 device: every field except ``name`` moves under ``basic``.
+    ``copy=False`` shares the field values with ``device`` (for an answer encoded at
+    once)."""
+    c = clone if copy else _shared
     out: dict[str, Any] = {}
-    basic = {k: clone(v) for k, v in device.items() if k != "name"}
+    basic = {k: c(v) for k, v in device.items() if k != "name"}
     if "name" in device:
         out["name"] = device["name"]
     if basic:
@@ -48,13 +56,15 @@ def slice_device_from_v1beta1(device: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def claim_request_to_v1beta1(request: dict[str, Any]) -> dict[str, Any]:
-    """v1 DeviceRequest → v1beta1: the ``exactly`` fields move onto the request itself."""
-    out = {k: clone(v) for k, v in request.items() if k != "exactly"}
+def claim_request_to_v1beta1(request: dict[str, Any], *, copy: bool = True) -> dict[str, Any]:
+    """v1 DeviceRequest → v1beta1: the ``exactly`` fields move onto the request itself.
+    ``copy=False`` shares the field values with ``request``."""
+    c = clone if copy else _shared
+    out = {k: c(v) for k, v in request.items() if k != "exactly"}
     exactly = request.get("exactly")
     if isinstance(exactly, dict):
         for key, value in exactly.items():
-            out.setdefault(key, clone(value))
+            out.setdefault(key, c(value))
     return out
 
 
@@ -86,27 +96,6 @@ def _map_list(obj: dict[str, Any], path: tuple[str, ...], fn: Any) -> dict[str, 
     for parent, key in zip(reversed(parents), reversed(path), strict=True):
         value = {**parent, key: value}
     out: dict[str, Any] = value
-    return out
-
-
-def _device_to_v1beta1_shared(device: dict[str, Any]) -> dict[str, Any]:
-    """:func:`slice_device_to_v1beta1` sharing the field values with ``device``."""
-    out: dict[str, Any] = {}
-    basic = {k: v for k, v in device.items() if k != "name"}
-    if "name" in device:
-        out["name"] = device["name"]
-    if basic:
-        out["basic"] = basic
-    return out
-
-
-def _request_to_v1beta1_shared(request: dict[str, Any]) -> dict[str, Any]:
-    """:func:`claim_request_to_v1beta1` sharing the field values with ``request``."""
-    out = {k: v for k, v in request.items() if k != "exactly"}
-    exactly = request.get("exactly")
-    if isinstance(exactly, dict):
-        for key, value in exactly.items():
-            out.setdefault(key, value)
     return out
 
 
@@ -143,9 +132,9 @@ def from_internal(
         # The body is either a fresh copy or shared for encoding only: the converted
         # items may share their values with it.
         if info is RESOURCE_SLICES:
-            body = _map_list(body, _SLICE_DEVICES, _device_to_v1beta1_shared)
+            body = _map_list(body, _SLICE_DEVICES, partial(slice_device_to_v1beta1, copy=False))
         elif info is RESOURCE_CLAIMS:
-            body = _map_list(body, _CLAIM_REQUESTS, _request_to_v1beta1_shared)
+            body = _map_list(body, _CLAIM_REQUESTS, partial(claim_request_to_v1beta1, copy=False))
     if not with_type:
         return body
     api_version = f"{info.group}/{version}" if info.group else version
