@@ -3,6 +3,7 @@ trees; copies use :func:`plugin.jsontree.clone`, much cheaper than ``copy.deepco
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from plugin.jsontree import clone
@@ -12,11 +13,25 @@ __all__ = ["clone", "equal_ignoring_resource_version", "strip_nulls"]
 
 def strip_nulls(value: Any) -> Any:
     """Copy without ``null`` map values (recursively), as decoding into Go structs with
-    omitempty fields does: clients that serialize unset fields as null store nothing."""
+    omitempty fields does: clients that serialize unset fields as null store nothing.
+
+    Most objects hold no null at all: their JSON text (C encoder) without ``null`` in it
+    is decoded back as the copy; otherwise (or for a value JSON cannot encode) the tree is
+    walked."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return _strip_nulls(value)
+    if "null" not in text:
+        return json.loads(text)
+    return _strip_nulls(value)
+
+
+def _strip_nulls(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: strip_nulls(v) for k, v in value.items() if v is not None}
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [strip_nulls(v) for v in value]
+        return [_strip_nulls(v) for v in value]
     return value
 
 
