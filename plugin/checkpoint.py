@@ -369,7 +369,8 @@ class Checkpoint:
                     if pos == len(last):
                         return last
                     break
-                if pos + got > len(last) or view[:got] != old[pos:pos + got]:
+                # bytearray.startswith compares with memcmp (memoryview == does not)
+                if pos + got > len(last) or not buf.startswith(old[pos:pos + got]):
                     break
                 pos += got
             # Changed: the bytes that matched, this chunk and the rest.
