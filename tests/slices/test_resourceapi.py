@@ -184,3 +184,33 @@ def test_host_path_prefix_and_auth_reach_the_server() -> None:
         "/k8s/clusters/x/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c",
     ]
     assert {a for _, a in seen} == {"Bearer t0k"}
+
+
+def test_auth_refresh_hook_runs_at_most_once_per_reuse_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configuration's refresh hook (set by the kubeconfig loader for expiring tokens)
+    is not re-run on every request, and a refreshed token is sent once the reuse period
+    (``AUTH_REUSE_SECONDS``) is over."""
+    import plugin.resourceapi as ra
+
+    clock = [1000.0]
+    monkeypatch.setattr(ra.time, "monotonic", lambda: clock[0])
+    config = Configuration(host="http://127.0.0.1:1")
+    config.api_key = {"BearerToken": "old"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    hooks: list[str] = []
+
+    def refresh(c: Configuration) -> None:
+        hooks.append("run")
+        if clock[0] >= 1000.0 + ra.AUTH_REUSE_SECONDS:
+            c.api_key = {"BearerToken": "new"}
+
+    config.refresh_api_key_hook = refresh
+    api = ResourceAPI(ApiClient(config))
+    assert list(api._auth()[0].values()) == ["Bearer old"]
+    for _ in range(5):
+        api._auth()
+    assert len(hooks) == 1
+    clock[0] += ra.AUTH_REUSE_SECONDS
+    headers = api._auth()[0]
+    assert len(hooks) == 2 and "Bearer new" in headers.values()
