@@ -28,7 +28,7 @@ from bench.env import (
     rss_mb,
 )
 from bench.figures import Result
-from bench.stats import percentile
+from bench.stats import percentile, timed_ms
 from plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from plugin.resourceapi import ResourceAPI
@@ -224,26 +224,14 @@ def grpc_round_trips_ms(h: Any, n: int) -> list[float]:
     sock = h.kubelet.registered_plugins(h.driver_name)[-1].registration_socket
     with grpc.insecure_channel(f"unix:{sock}") as channel:
         stub = reg_grpc.RegistrationStub(channel)
-        out = []
-        for i in range(n + 20):
-            t0 = time.perf_counter()
-            stub.GetInfo(reg_pb2.InfoRequest(), timeout=CALL_TIMEOUT)
-            if i >= 20:
-                out.append((time.perf_counter() - t0) * 1000)
-    return out
+        return timed_ms(lambda: stub.GetInfo(reg_pb2.InfoRequest(), timeout=CALL_TIMEOUT), n)
 
 
 def claim_get_ms(apiserver: EmbeddedAPIServer, claim: ClaimRef, n: int) -> list[float]:
     """Milliseconds of ``n`` ResourceClaim GETs through :class:`ResourceAPI` (after 20
     warm-up calls), the read every prepare makes."""
     api = ResourceAPI(apiserver.api_client())
-    out = []
-    for i in range(n + 20):
-        t0 = time.perf_counter()
-        api.get_claim(claim[0], claim[1])
-        if i >= 20:
-            out.append((time.perf_counter() - t0) * 1000)
-    return out
+    return timed_ms(lambda: api.get_claim(claim[0], claim[1]), n)
 
 
 def _floor_notes(p50: Result, floor: Result, grpc_floor: Result | None = None,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 
@@ -45,3 +46,15 @@ def summarize(samples: Sequence[float]) -> Summary:
         min=min(samples),
         max=max(samples),
     )
+
+
+def timed_ms(fn: Callable[[], object], n: int, warmup: int = 20) -> list[float]:
+    """Milliseconds of each of ``n`` calls of ``fn``, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
