@@ -27,8 +27,11 @@ def _create_temp(directory: str, name: str) -> tuple[int, str]:
     raise FileExistsError(f"{directory}: no free temp file name for {name}")
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes,
+                 mode: int = 0o644) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically; the file gets permission bits ``mode``.
+    Returns the new file's ``fstat`` (taken before the rename: its inode is the one now at
+    ``path`` unless another writer replaced it since).
 
     Raises ``OSError`` when the directory is missing or not writable; the temp file is
     removed in every failure case.
@@ -45,6 +48,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
                 written = os.write(fd, view)
                 view = view[written:]
             os.fsync(fd)
+            result = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(tmp, target)
@@ -53,6 +57,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
             os.unlink(tmp)
         raise
     fsync_dir(directory)
+    return result
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

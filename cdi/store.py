@@ -50,6 +50,18 @@ FILE_NAME_MAX_BYTES = 255
 _Stamp = tuple[int, int, int, int, int]
 
 
+def _stamp_of(entry: os.DirEntry[str]) -> _Stamp | None:
+    """(device, inode, mtime, ctime, size) of a regular file (symlinks followed); None for
+    anything else or a file that vanished."""
+    try:
+        st = entry.stat(follow_symlinks=True)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
 def read_spec_summary(path: Path) -> tuple[str, list[str]] | None:
     """``(kind, device names)`` of a spec file, decoded leniently; None when unreadable."""
     try:
@@ -106,9 +118,13 @@ class SpecStore:
         self.max_version = max_version
         self.host_nodes = HostNodes(host_root) if host_root is not None else None
         self._lock = threading.Lock()
-        # File name → (stat stamp, (kind, device names) or None when undecodable): spec
-        # files are re-read only when their stamp changed.
-        self._summaries: dict[str, tuple[_Stamp, tuple[str, frozenset[str]] | None]] = {}
+        # The directory as last scanned (see _check_conflicts): (file name, inode) of every
+        # spec file; the stat stamp and device names of each; which of them are checked
+        # by stat stamp at every scan; and device name → files of this kind defining it.
+        self._keys: set[tuple[str, int]] = set()
+        self._files: dict[tuple[str, int], tuple[_Stamp | None, frozenset[str]]] = {}
+        self._stamped: set[tuple[str, int]] = set()
+        self._index: dict[str, set[tuple[str, int]]] = {}
         # Writes between their conflict check and their rename: token → (file name, names).
         self._pending: dict[object, tuple[str, frozenset[str]]] = {}
 
@@ -192,10 +208,19 @@ class SpecStore:
             # to another file is refused; the lock is not held across the fsyncs.
             self._pending[token] = (path.name, names)
         try:
-            atomic_write(path, data, mode=0o644)
+            written = atomic_write(path, data, mode=0o644)
         finally:
             with self._lock:
                 del self._pending[token]
+        with self._lock:
+            # Known without a stat or a parse at the next scan (a replacement by another
+            # writer since the rename has another inode and is read then).
+            key = (path.name, written.st_ino)
+            if key not in self._files:
+                self._files[key] = (None, names)
+                self._keys.add(key)
+                for device_name in names:
+                    self._index.setdefault(device_name, set()).add(key)
         log.debug("wrote CDI spec %s (cdiVersion %s, %d devices)", path, spec.cdi_version, len(ids))
         return ids
 
@@ -228,46 +253,75 @@ class SpecStore:
         in progress to another file) defines one of them; the first such file by name is
         reported. Called with ``_lock`` held.
 
-        Each file is parsed once per stat stamp (device, inode, mtime, ctime, size), so a
-        write costs one ``scandir`` plus one ``stat`` per file instead of parsing every file.
+        Files are parsed only when new or changed, so a write costs one ``scandir`` and
+        set operations over the listing, not a ``stat`` or a parse per file (the directory
+        holds one file per prepared claim). A file is known by (name, inode): every atomic
+        writer (this store, the CDI libraries) renames a new inode into place. Files named
+        like this store's (``<vendor>-<class>_<claimUID>.json``) are written only that way,
+        so their inode identifies their content; any other file (a hand-made static spec,
+        another tool's) may be edited in place and is checked by its stat stamp (device,
+        inode, mtime, ctime, size) at every scan.
         """
-        cache = self._summaries
-        seen: dict[str, tuple[_Stamp, tuple[str, frozenset[str]] | None]] = {}
-        clashes: list[tuple[str, frozenset[str]]] = []
-        try:
-            entries = os.scandir(self.root_dir)
-        except FileNotFoundError:
-            entries = None
-        if entries is not None:
-            with entries:
-                for entry in entries:
-                    name = entry.name
-                    if not name.endswith(SPEC_FILE_EXTENSIONS):
-                        continue
-                    try:
-                        st = entry.stat(follow_symlinks=True)
-                    except OSError:
-                        continue
-                    if not stat.S_ISREG(st.st_mode):
-                        continue
-                    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
-                    hit = cache.get(name)
-                    if hit is None or hit[0] != stamp:
-                        raw = read_spec_summary(Path(entry.path))
-                        hit = (stamp, (raw[0], frozenset(raw[1])) if raw is not None else None)
-                    seen[name] = hit
-                    summary = hit[1]
-                    if name != own.name and summary is not None and summary[0] == self.kind:
-                        clash = names.intersection(summary[1])
-                        if clash:
-                            clashes.append((name, clash))
-        self._summaries = seen
-        if clashes:
-            name, clash = min(clashes)
-            self._refuse(clash, str(self.root_dir / name))
+        self._rescan()
+        holders: set[str] = set()
+        for device_name in names:
+            holders.update(key[0] for key in self._index.get(device_name, ()))
+        holders.discard(own.name)
+        if holders:
+            first = min(holders)
+            clash = frozenset(n for n in names
+                              if any(k[0] == first for k in self._index.get(n, ())))
+            self._refuse(clash, str(self.root_dir / first))
         for file_name, pending in self._pending.values():
             if file_name != own.name:
                 self._refuse(names.intersection(pending), str(self.root_dir / file_name))
+
+    def _rescan(self) -> None:
+        """Bring the listing cache and the device-name index up to date with the directory."""
+        try:
+            with os.scandir(self.root_dir) as it:
+                listing = {
+                    (e.name, e.inode()): e for e in it if e.name.endswith(SPEC_FILE_EXTENSIONS)
+                }
+        except FileNotFoundError:
+            listing = {}
+        keys = listing.keys()
+        for key in self._keys - keys:
+            self._forget(key)
+        for key in keys - self._keys:
+            self._learn(key, listing[key])
+        for key in list(self._stamped):
+            stamp = _stamp_of(listing[key])
+            if stamp != self._files[key][0]:
+                self._forget(key)
+                self._learn(key, listing[key])
+        self._keys = set(keys)
+
+    def _learn(self, key: tuple[str, int], entry: os.DirEntry[str]) -> None:
+        name = key[0]
+        stamp = _stamp_of(entry)
+        devices: frozenset[str] = frozenset()
+        if stamp is not None:
+            summary = read_spec_summary(Path(entry.path))
+            if summary is not None and summary[0] == self.kind:
+                devices = frozenset(summary[1])
+        own = (name.startswith(self.file_prefix) and name.endswith(".json")
+               and not entry.is_symlink())
+        self._files[key] = (stamp, devices)
+        if not own:
+            self._stamped.add(key)
+        for device_name in devices:
+            self._index.setdefault(device_name, set()).add(key)
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        _, devices = self._files.pop(key)
+        self._stamped.discard(key)
+        for device_name in devices:
+            files = self._index.get(device_name)
+            if files is not None:
+                files.discard(key)
+                if not files:
+                    del self._index[device_name]
 
     def _refuse(self, clash: frozenset[str], other_file: str) -> None:
         if clash:
