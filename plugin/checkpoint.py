@@ -58,12 +58,25 @@ UNPREPARED_TTL = 600.0
 #: file, so every write pays for them (128 marks are ~18 KB). 128 is above the kubelet's
 #: default of 110 pods per node.
 UNPREPARED_MAX = 128
-#: Bytes read at a time when comparing the file with the last content seen.
-READ_CHUNK = 64 * 1024
+#: Every file this module writes starts with ``{"checksum":"<64 hex digits>"``: the
+#: SHA-256 of its content, so these bytes identify the whole content.
+_HEAD = b'{"checksum":"'
+HEAD_LEN = len(_HEAD) + 64 + 1
 T = TypeVar("T")
 
 # owner names become lock file names: the same rule as claim UIDs
 _OWNER_RE = UID
+
+
+_MISSING = b"<missing>"  # _seen when the file did not exist (never a file's first bytes)
+
+
+def _identity(raw: bytes) -> bytes | None:
+    """The first bytes of a parsed (checksum verified) file when they identify its content:
+    ``{"checksum":"<64 hex>"`` as written here; None for any other layout."""
+    if len(raw) > HEAD_LEN and raw.startswith(_HEAD) and raw[HEAD_LEN - 1:HEAD_LEN] == b'"':
+        return raw[:HEAD_LEN]
+    return None
 
 
 class CheckpointError(Exception):
@@ -279,8 +292,8 @@ class Checkpoint:
     ``owner`` names this instance (default: a random id); owner lock files live in
     ``<path's dir>/owners/``.
 
-    Thread-safe. Every read and change re-reads the file's bytes and parses them again only
-    when they differ from the last ones seen, so another instance's change is never missed.
+    Thread-safe. Every read and change first checks the file (its first bytes: the checksum)
+    and parses it again only when it changed, so another instance's change is never missed.
     """
 
     def __init__(
@@ -301,8 +314,9 @@ class Checkpoint:
         self._owner_fd: int | None = None
         self._lock = threading.RLock()
         self._state = CheckpointState()
-        self._raw: bytes | None = None
-        self._chunk = bytearray(READ_CHUNK)
+        # The first HEAD_LEN bytes of the content in memory, when they identify it (see
+        # _refresh); _MISSING when the file was missing; None: re-read and parse.
+        self._seen: bytes | None = None
         self.error: str | None = None
         self.writes = 0
         # Records in memory are never changed in place (changes get copies, see
@@ -345,51 +359,39 @@ class Checkpoint:
         except ValidationError as e:
             raise CheckpointError(f"checkpoint {self.path}: claims: {e}") from None
 
-    def _read(self) -> bytes | None:
-        """The file's bytes (None when missing). When they equal the last bytes seen, that
-        object itself is returned: the comparison reads the file in chunks into one small
-        reused buffer, so the frequent "unchanged" case allocates nothing (a fresh copy of
-        a large checkpoint per read churned the heap and grew the RSS) and keeps no second
-        copy of the file in memory."""
-        try:
-            f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return None
-        with f:
-            last = self._raw
-            if last is None:
-                return f.read()
-            buf = self._chunk
-            view = memoryview(buf)
-            old = memoryview(last)
-            pos = 0
-            while True:
-                got = f.readinto(buf)
-                if not got:
-                    if pos == len(last):
-                        return last
-                    break
-                # bytearray.startswith compares with memcmp (memoryview == does not)
-                if pos + got > len(last) or not buf.startswith(old[pos:pos + got]):
-                    break
-                pos += got
-            # Changed: the bytes that matched, this chunk and the rest.
-            return bytes(old[:pos]) + bytes(view[:got]) + f.read()
-
     def _refresh(self) -> None:
+        """Bring memory up to date with the file: parse it again only when it changed.
+
+        A file is known by its first :data:`HEAD_LEN` bytes when they hold the checksum in
+        this module's canonical layout (every write; a parse verifies the checksum against
+        the content), so the frequent "unchanged" case reads 78 bytes, not the whole file
+        (which holds every prepared claim). Another instance's change always has a new
+        checksum. Damage made in place to a file after it was read (the writers here only
+        rename whole files into place) shows at the next start, when it is parsed."""
         try:
-            raw = self._read()
+            try:
+                f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
+            except FileNotFoundError:
+                if self._seen is _MISSING and self.error is None:
+                    return
+                raw = None
+            else:
+                with f:
+                    head = f.read(HEAD_LEN)
+                    if head == self._seen and self.error is None:
+                        return
+                    raw = head + f.readall()
         except OSError as e:
             self.error = f"checkpoint {self.path}: unreadable: {e}"
             raise CheckpointError(self.error) from None
-        if (raw is self._raw or raw == self._raw) and self.error is None:
-            return
         try:
             state = self._parse(raw) if raw is not None else CheckpointState()
         except CheckpointError as e:
             self.error = str(e)
+            self._seen = None
             raise
-        self._state, self._raw, self.error = state, raw, None
+        self._state, self.error = state, None
+        self._seen = _MISSING if raw is None else _identity(raw)
 
     def load(self) -> None:
         """Read the file (missing means empty) and remove temp files a crashed write left
@@ -399,7 +401,7 @@ class Checkpoint:
             for tmp in self.path.parent.glob(f".{self.path.name}.*.tmp"):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-            self._raw = None
+            self._seen = None
             self._refresh()
 
     def get(self, uid: str) -> ClaimRecord | None:
@@ -544,11 +546,8 @@ class Checkpoint:
                 req.done = True
 
     def _restore(self) -> None:
-        """Memory back to the content of the file's bytes last seen."""
-        try:
-            self._state = self._parse(self._raw) if self._raw is not None else CheckpointState()
-        except CheckpointError:
-            self._raw = None  # re-read (and report) at the next access
+        """After a failed write: memory is re-read from the file at the next access."""
+        self._seen = None
 
     def _write(self, state: CheckpointState) -> None:
         state.unprepared = _pruned(state.unprepared, time.time())
@@ -570,7 +569,7 @@ class Checkpoint:
                 atomic_write(self.path, data, mode=0o600)
         except OSError as e:
             raise CheckpointError(f"checkpoint {self.path}: write failed: {e}") from None
-        self._state, self._raw = state, data
+        self._state, self._seen = state, data[:HEAD_LEN]
         self.writes += 1
 
     # -- owners --------------------------------------------------------------------------

@@ -4,6 +4,7 @@ and a failed change leaves memory equal to the file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -133,9 +134,9 @@ def test_scalar_records_changed_in_place(before: float, after: float) -> None:
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 def test_another_instance_change_is_seen_in_any_chunk(tmp_path: Path, where: str) -> None:
-    """The unchanged-file check compares in 64 KiB chunks: a change of one record in the
-    first, a middle or the last chunk of a multi-chunk file, and a file that only grew or
-    shrank, are all seen by the other instance."""
+    """The unchanged-file check reads only the checksum at the start of the file: a change
+    of one record at the start, the middle or the end of a large file, and a file that only
+    grew or shrank, are all seen by the other instance."""
     path = tmp_path / "checkpoint.json"
     a, b = Checkpoint(path), Checkpoint(path)
     uids = [f"uid-{i:04d}" for i in range(800)]
@@ -149,3 +150,44 @@ def test_another_instance_change_is_seen_in_any_chunk(tmp_path: Path, where: str
     assert "uid-9999" in b.claims()
     a.update(lambda c: c.pop(uids[-1]))
     assert uids[-1] not in b.claims() and len(b.claims()) == 800
+
+
+def test_unchanged_file_is_not_parsed_again(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "checkpoint.json"
+    a, b = Checkpoint(path), Checkpoint(path)
+    a.update(lambda c: c.update({u: _record(u) for u in ("u1", "u2")}))
+    parses: list[int] = []
+    real = Checkpoint._parse
+
+    def counting(self: Checkpoint, raw: bytes) -> Any:
+        parses.append(len(raw))
+        return real(self, raw)
+
+    monkeypatch.setattr(Checkpoint, "_parse", counting)
+    for _ in range(3):
+        assert set(b.claims()) == {"u1", "u2"}
+        assert set(a.claims()) == {"u1", "u2"}
+    assert len(parses) == 1  # b read a's write once; a knows its own write
+    b.update(lambda c: c.pop("u1"))
+    assert set(a.claims()) == {"u2"} and len(parses) == 2
+
+
+def test_file_in_another_layout_is_read_and_its_changes_seen(tmp_path: Path) -> None:
+    """A valid file not in the canonical layout (e.g. pretty-printed by hand) has no
+    identifying first bytes: it is parsed at every access until this module rewrites it."""
+    path = tmp_path / "checkpoint.json"
+    Checkpoint(path).update(lambda c: c.__setitem__("u1", _record("u1")))
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps(doc, indent=2))
+    cp = Checkpoint(path)
+    assert set(cp.claims()) == {"u1"}
+    doc["claims"]["u1"]["name"] = "changed"
+    doc["checksum"] = hashlib.sha256(json.dumps(
+        {"claims": doc["claims"], "unprepared": doc["unprepared"]}, sort_keys=True,
+        separators=(",", ":")).encode()).hexdigest()
+    path.write_text(json.dumps(doc, indent=2))
+    assert cp.claims()["u1"].name == "changed"
+    cp.update(lambda c: c.__setitem__("u2", _record("u2")))
+    assert path.read_bytes().startswith(b'{"checksum":"')
+    assert set(Checkpoint(path).claims()) == {"u1", "u2"}
