@@ -21,6 +21,7 @@ from cdi.store import SpecStore
 from discovery.hotplug import HotplugMonitor
 from discovery.loader import load_plugins
 from discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from plugin.activity import KubeletCalls
 from plugin.checkpoint import Checkpoint, CheckpointError
 from plugin.config import Settings
 from plugin.grpc.server import PluginServer
@@ -128,11 +129,13 @@ class App:
         self.specs = SpecStore(
             s.cdi_root, s.driver_name, s.cdi_class, max_version=s.cdi_version_max
         )
+        self.kubelet_calls = KubeletCalls()
         self.status = StatusWriter(
             self.resource_api,
             s.driver_name,
             on_invalid=lambda _r: self.metrics.status_invalid.inc(),
             on_error=lambda _r: self.metrics.status_errors.inc(),
+            calls=self.kubelet_calls,
         )
         self.node = NodeLogic(
             s.driver_name,
@@ -143,6 +146,7 @@ class App:
             self.status,
             self.metrics,
             on_checkpoint_error=lambda _msg: self.metrics.checkpoint_errors.inc(),
+            calls=self.kubelet_calls,
         )
         self.publisher = SlicePublisher(
             self.resource_api,

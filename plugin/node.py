@@ -63,6 +63,7 @@ from typing import Any, Protocol
 from cdi.spec import ContainerEdits
 from cdi.spec import Device as CDIDevice
 from discovery.plugin import ClaimRef, DeviceRequest, DiscoveryPlugin, UnprepareRequest, env_name
+from plugin.activity import KubeletCalls
 from plugin.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -187,8 +188,9 @@ class NodeLogic:
     """Implements :class:`plugin.types.NodeService` for one driver on one node.
 
     ``on_checkpoint_error(message)`` is called whenever an operation fails because the
-    checkpoint is unreadable or unwritable (metrics). ``crash_points`` overrides
-    ``$DRAKIT_CRASH_POINT`` (tests only; see the module docstring).
+    checkpoint is unreadable or unwritable (metrics). ``calls`` counts the prepare and
+    unprepare calls in flight (background status writes give way to them).
+    ``crash_points`` overrides ``$DRAKIT_CRASH_POINT`` (tests only; see the module docstring).
     """
 
     def __init__(
@@ -202,8 +204,10 @@ class NodeLogic:
         observer: Observer | None = None,
         on_checkpoint_error: Callable[[str], None] | None = None,
         crash_points: str | None = None,
+        calls: KubeletCalls | None = None,
     ) -> None:
         self.driver_name = driver_name
+        self.calls = calls
         self.inventory = inventory
         self.claim_source = claims
         self.specs = specs
@@ -290,6 +294,12 @@ class NodeLogic:
 
     def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         """NodePrepareResources: one PrepareResult per distinct claim UID in ``claims``."""
+        if self.calls is None:
+            return self._prepare_claims(claims)
+        with self.calls.call():
+            return self._prepare_claims(claims)
+
+    def _prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         refs: list[ClaimRef] = []
         for ref in _dedupe(claims):
@@ -574,6 +584,12 @@ class NodeLogic:
         """NodeUnprepareResources from the checkpoint alone: claim UID → error ("" = ok).
         Unknown claims are success. ``write_status=False`` leaves the claim's
         AllocatedDeviceStatus alone (the orphan sweep: the claim is gone or replaced)."""
+        if self.calls is None:
+            return self._unprepare_claims(claims, write_status)
+        with self.calls.call():
+            return self._unprepare_claims(claims, write_status)
+
+    def _unprepare_claims(self, claims: list[ClaimRef], write_status: bool) -> dict[str, str]:
         results: dict[str, str] = {}
         refs: list[ClaimRef] = []
         for ref in _dedupe(claims):

@@ -12,7 +12,9 @@ still usable, so the prepare does not fail.
 
 Writes happen on a background worker (latest desired state per claim wins; 409 and transient
 errors retry with backoff), so prepare never waits on the API for status; ``flush`` waits for
-the queue to drain (tests, shutdown).
+the queue to drain (tests, shutdown). With a :class:`plugin.activity.KubeletCalls`, each write
+waits for a moment with no kubelet call in flight, at most ``defer_seconds`` after its claim
+was queued (so a burst of pod starts is not slowed by the status of the first pods).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from typing import Any, Protocol
 
 from discovery.builtin.net import canonical_cidr
 from discovery.plugin import ClaimRef
+from plugin.activity import KubeletCalls
 from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from plugin.resourceapi import Backoff, ErrorKind, classify, describe, retry_after_seconds
 from plugin.slices import formats
 
 log = logging.getLogger(__name__)
 
+#: Longest a status write waits for a moment without kubelet calls in flight (seconds).
+DEFER_SECONDS = 1.0
 MAX_CONDITIONS = 8
 MAX_DATA_BYTES = 10240
 MAX_INTERFACE_NAME = 256
@@ -239,7 +244,8 @@ class StatusWriter:
 
     ``field_manager`` defaults to ``drakit/<driver>``. ``max_attempts`` bounds retries of one
     claim's write (backoff 0.1 s doubling to 5 s, with jitter; Retry-After honoured, up to
-    30 s).
+    30 s). ``calls``: kubelet calls in flight; a write waits while there are any, at most
+    ``defer_seconds`` (default :data:`DEFER_SECONDS`) after its claim was first queued.
     """
 
     def __init__(
@@ -250,8 +256,12 @@ class StatusWriter:
         max_attempts: int = 8,
         on_invalid: Callable[[str], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        calls: KubeletCalls | None = None,
+        defer_seconds: float = DEFER_SECONDS,
     ) -> None:
         self.api = api
+        self.calls = calls
+        self.defer_seconds = defer_seconds
         self.driver = driver
         self.field_manager = field_manager or f"drakit/{driver}"
         self.max_attempts = max_attempts
@@ -259,7 +269,8 @@ class StatusWriter:
         self.on_invalid = on_invalid
         self.on_error = on_error
         self._cond = threading.Condition()
-        self._pending: dict[str, tuple[ClaimRef, list[dict[str, Any]]]] = {}
+        # claim UID → (claim, entries, when first queued); in first-queued order
+        self._pending: dict[str, tuple[ClaimRef, list[dict[str, Any]], float]] = {}
         self._busy = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
@@ -277,7 +288,9 @@ class StatusWriter:
 
     def _enqueue(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
         with self._cond:
-            self._pending[claim.uid] = (claim, entries)
+            queued = self._pending.get(claim.uid)
+            since = queued[2] if queued is not None else time.monotonic()
+            self._pending[claim.uid] = (claim, entries, since)
             self._cond.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -299,8 +312,13 @@ class StatusWriter:
                 if self._stopped and not self._pending:
                     return
                 uid = next(iter(self._pending))
-                claim, entries = self._pending.pop(uid)
+                since = self._pending[uid][2]
                 self._busy = True
+            if self.calls is not None and self.calls.in_flight and not self._stopped:
+                self.calls.wait_quiet(since + self.defer_seconds)
+            with self._cond:
+                # the newest desired state of that claim (a remove may have replaced it)
+                claim, entries, _ = self._pending.pop(uid)
             try:
                 self._apply(claim, entries)
             finally:
