@@ -256,6 +256,10 @@ class SlicePublisher:
         self._stats = PublisherStats()
         self._generations: dict[str, int] = {}
         self._echo: dict[str, str] = {}
+        # (uid, resourceVersion) of a listed slice → content_key of its spec, for the
+        # slices of the last sync: a resync with nothing changed keys no device again.
+        self._server_keys: dict[tuple[str, str], str] = {}
+        self._server_keys_prev: dict[tuple[str, str], str] = {}
         self._warned_echo: set[str] = set()
         self._own_rvs: deque[str] = deque(maxlen=4096)
         self._own_deleted: deque[str] = deque(maxlen=4096)
@@ -437,6 +441,7 @@ class SlicePublisher:
         with self._cond:
             self._watch_rv = local.resource_version
             self._cond.notify_all()
+        self._server_keys_prev, self._server_keys = self._server_keys, {}
         existing: dict[str, list[dict[str, Any]]] = {}
         seen: set[str] = set()
         for obj in local.items + [o for o in remote.items if not o["spec"].get("nodeName")]:
@@ -461,6 +466,20 @@ class SlicePublisher:
         if failures:
             raise PublishError(failures)
 
+
+    def _server_key(self, obj: dict[str, Any]) -> str:
+        """content_key of a listed slice's spec; reused while its uid and resourceVersion
+        are the same (the API server changes resourceVersion at every write)."""
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not rv:
+            return content_key(obj["spec"])
+        ident = (str(uid), str(rv))
+        key = self._server_keys_prev.get(ident) or self._server_keys.get(ident)
+        if key is None:
+            key = content_key(obj["spec"])
+        self._server_keys[ident] = key
+        return key
 
     def _metadata_ok(self, obj: dict[str, Any], owner: dict[str, Any] | None) -> bool:
         meta = obj.get("metadata") or {}
@@ -495,7 +514,7 @@ class SlicePublisher:
         n = len(specs)
         by_key: dict[str, list[dict[str, Any]]] = {}
         for obj in sorted(existing, key=lambda o: o["metadata"]["name"]):
-            by_key.setdefault(content_key(obj["spec"]), []).append(obj)
+            by_key.setdefault(self._server_key(obj), []).append(obj)
         pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         if existing:
             for spec, key in zip(specs, desired.keys(pool), strict=True):

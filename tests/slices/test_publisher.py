@@ -76,6 +76,34 @@ def test_unchanged_resync_makes_no_writes(server: EmbeddedAPIServer,
     assert {r.verb for r in server.requests(resource="resourceslices")} == {"list"}
 
 
+def test_resync_keys_only_slices_whose_resource_version_changed(
+        server: EmbeddedAPIServer, make_publisher: MakePublisher,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resync with nothing changed computes no content key of a listed slice (they are
+    reused by uid and resourceVersion); a slice edited by someone is keyed and fixed."""
+    import plugin.slices.publisher as publisher_module
+
+    pub = make_publisher(server)
+    pub.publish([pool(300)])
+    pub.sync()  # the slices as listed after their creation
+    keyed: list[int] = []
+    real = publisher_module.content_key
+
+    def counting(spec: dict[str, Any]) -> str:
+        keyed.append(len(spec.get("devices") or []))
+        return real(spec)
+
+    monkeypatch.setattr(publisher_module, "content_key", counting)
+    assert pub.sync().writes == 0
+    assert keyed == []
+    first = sorted(slices(server), key=lambda o: o["metadata"]["name"])[0]
+    edited = {**first, "spec": {**first["spec"], "devices": first["spec"]["devices"][:1]}}
+    server.update_object("resourceslices", edited)
+    assert pub.sync().writes > 0
+    assert keyed and keyed[0] == 1  # only the edited slice was keyed again
+    assert sorted(len(s["spec"]["devices"]) for s in slices(server)) == [44, 128, 128]
+
+
 def test_content_change_bumps_generation_of_every_slice(server: EmbeddedAPIServer,
                                                         make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
