@@ -59,6 +59,10 @@ def _run(argv: Sequence[str]) -> int:
     try:
         app = App(settings)
         app.start()
+        from plugin.malloc import freeze_startup_objects
+
+        frozen = freeze_startup_objects()
+        log.debug("%d start-up objects moved out of the garbage collector's reach", frozen)
     except Exception as e:
         if settings.verbosity >= 1 or not isinstance(e, _expected_start_errors()):
             log.exception("start-up failed: %s", e)

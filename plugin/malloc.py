@@ -1,4 +1,5 @@
-"""Process memory policy of ``drakit run``: cap glibc's malloc arenas.
+"""Process memory policy of ``drakit run``: cap glibc's malloc arenas; keep start-up objects
+out of the cyclic garbage collector.
 
 glibc gives threads their own malloc arenas (up to 8 per CPU) and keeps the memory freed in
 each one. The agent runs many threads (gRPC workers, status writer, publisher, watchers), so
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 
@@ -45,3 +47,17 @@ def limit_malloc_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
     if not ok:
         log.debug("mallopt(M_ARENA_MAX, %d) refused", arenas)
     return ok
+
+
+def freeze_startup_objects() -> int:
+    """Move every object alive now (modules, classes, the inventory and the state built at
+    start-up) to the collector's permanent generation (:func:`gc.freeze`); returns how many.
+
+    A full collection walks every tracked object: with 1,000 devices it took ~50 ms of CPU
+    under the interpreter lock, so the kubelet calls that ran meanwhile got tens of
+    milliseconds slower (the p99 of ``make bench``). Frozen objects are still freed by
+    reference counting; only cycles among them are never collected, and what start-up
+    builds is kept for the process's life."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

@@ -32,3 +32,17 @@ def test_applied_on_glibc() -> None:
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
     assert _run(env) == "True"
     assert _run({**env, "MALLOC_ARENA_MAX": "8"}) == "False"
+
+
+def test_freeze_startup_objects_leaves_them_to_reference_counting() -> None:
+    import gc
+
+    from plugin.malloc import freeze_startup_objects
+
+    try:
+        assert freeze_startup_objects() > 1000  # at least the imported modules' objects
+        assert gc.get_freeze_count() > 1000
+        marker = [object()]  # made after the freeze: still collected as usual
+        assert gc.is_tracked(marker) and gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
