@@ -7,7 +7,8 @@ hand over the v1 shape; :mod:`plugin.slices.convert` translates at the boundary.
 travel as plain dicts. Requests go through the ApiClient's own urllib3 pool manager
 (``api_client.rest_client.pool_manager``: its TLS, proxy and retry settings) with the
 ApiClient's default headers and auth settings (bearer token, refreshed by the
-configuration's hook at most once a second), but skip the generated per-call machinery
+configuration's hook at most once a second; the header dicts and the apply queries are
+built once and reused while those stay the same), but skip the generated per-call machinery
 (argument validation, parameter and body serialisation, response deserialisation), which
 costs milliseconds per call.
 
@@ -23,11 +24,12 @@ import enum
 import json
 import logging
 import random
+import string
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -243,9 +245,47 @@ def _dict(obj: object) -> dict[str, Any]:
     return obj
 
 
+#: Characters ``quote`` never encodes; object names and namespaces consist of them.
+_UNRESERVED: Final = string.ascii_letters + string.digits + "_.-~"
+#: Request bodies as compact JSON (one encoder: ``json.dumps`` with separators builds one
+#: per call).
+_encode_json: Final = json.JSONEncoder(separators=(",", ":")).encode
+#: Pre-encoded apply queries kept per field manager (a handful in practice).
+_MAX_APPLY_QUERIES: Final = 64
+
+
 def _q(segment: str) -> str:
-    """One path segment, percent-encoded (as the generated client does: no safe chars)."""
+    """One path segment, percent-encoded (as the generated client does: no safe chars).
+    Segments of unreserved characters only (every valid name) are returned as they are."""
+    if not segment.strip(_UNRESERVED):
+        return segment
     return quote(segment, safe="")
+
+
+def _encode_query(query: dict[str, Any]) -> str:
+    """``query`` URL-encoded: booleans become ``true``/``false``, None is left out."""
+    return urlencode([(key, ("true" if value else "false") if isinstance(value, bool)
+                       else str(value)) for key, value in query.items() if value is not None])
+
+
+class _Auth(NamedTuple):
+    """One computation of the ApiClient's auth settings (see :meth:`ResourceAPI._auth`)."""
+
+    stamp: float                            # time.monotonic() when computed
+    headers: dict[str, str]
+    queries: tuple[tuple[str, str], ...]
+    query: str                              # ``queries`` URL-encoded ("" when none)
+
+
+class _Headers(NamedTuple):
+    """Request headers built from one :class:`_Auth` and the ApiClient's default headers
+    and cookie as they were then; ``by_type`` maps a body's content type (None: no body)
+    to the complete header dict (shared: never modified once built)."""
+
+    auth: _Auth
+    defaults: dict[str, str]
+    cookie: str | None
+    by_type: dict[str | None, dict[str, str]]
 
 
 def _selector(**fields: str | None) -> str | None:
@@ -277,39 +317,34 @@ class ResourceAPI:
         self._version: str | None = None
         self._lock = threading.Lock()
         self._default_timeout = urllib3.Timeout(total=request_timeout)
-        self._auth_cache: tuple[float, dict[str, str], tuple[tuple[str, str], ...]] | None = None
+        self._auth_cache: _Auth | None = None
+        self._headers_cache: _Headers | None = None
+        self._apply_queries: dict[str, str] = {}
         self._pool: tuple[str, Any, urllib3.HTTPConnectionPool, str] | None = None
 
     # -- transport ----------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+    def _send(self, method: str, path: str, *, query: dict[str, Any] | str | None = None,
               body: object = None, content_type: str = JSON,
               timeout: float | tuple[float, float] | None = None) -> urllib3.BaseHTTPResponse:
         """One request through the ApiClient's urllib3 pool manager (its TLS, proxy and
         retry settings); returns the unread urllib3 response with a 2xx status. ``body`` is
         sent as JSON (also for apply patches: JSON is YAML). ``query`` values: booleans
-        become ``true``/``false``, None is left out. A non-2xx answer raises
-        ``ApiException`` (status, reason, body, headers) as the generated client does;
-        connection errors surface from urllib3."""
-        client = self.api_client
-        headers: dict[str, str] = {"Accept": JSON}
-        headers.update(client.default_headers)
-        if client.cookie:
-            headers["Cookie"] = client.cookie
-        auth_headers, auth_queries = self._auth()
-        headers.update(auth_headers)
+        become ``true``/``false``, None is left out; a string is an encoded query. A non-2xx
+        answer raises ``ApiException`` (status, reason, body, headers) as the generated
+        client does; connection errors surface from urllib3."""
+        auth = self._auth_entry()
         payload: bytes | None = None
         if body is not None:
-            headers["Content-Type"] = content_type
-            payload = json.dumps(body, separators=(",", ":")).encode()
-        queries: list[tuple[str, str]] = list(auth_queries)
-        for key, value in (query or {}).items():
-            if value is None:
-                continue
-            queries.append((key, ("true" if value else "false") if isinstance(value, bool)
-                            else str(value)))
-        if queries:
-            path += "?" + urlencode(queries)
+            headers = self._headers(auth, content_type)
+            payload = _encode_json(body).encode()
+        else:
+            headers = self._headers(auth, None)
+        qs = (query if isinstance(query, str) else _encode_query(query)) if query else ""
+        if auth.query:  # the auth settings' parameters first
+            qs = f"{auth.query}&{qs}" if qs else auth.query
+        if qs:
+            path += "?" + qs
         resp = self._urlopen(method, path, body=payload, headers=headers,
                              preload_content=False, timeout=self._timeouts(timeout))
         if not 200 <= resp.status <= 299:
@@ -326,6 +361,7 @@ class ResourceAPI:
         host = self.api_client.configuration.host
         manager = self.api_client.rest_client.pool_manager
         if type(manager) is not urllib3.PoolManager:
+            kwargs["headers"] = dict(kwargs["headers"])  # the shared dict stays untouched
             return manager.urlopen(method, host + path, **kwargs)
         pool = self._pool
         if pool is None or pool[0] != host or pool[1] is not manager:
@@ -336,6 +372,7 @@ class ResourceAPI:
             return pool[2].urlopen(method, pool[3] + path, redirect=False, **kwargs)
         except urllib3.exceptions.ClosedPoolError:  # the manager dropped it: look it up
             self._pool = None
+            kwargs["headers"] = dict(kwargs["headers"])
             return manager.urlopen(method, host + path, **kwargs)
 
     def _auth(self) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
@@ -343,16 +380,55 @@ class ResourceAPI:
         token; the configuration's refresh hook, set by the kubeconfig loader, runs inside).
         Reused for :data:`AUTH_REUSE_SECONDS`: the hook re-reads and re-applies the whole
         kubeconfig on every call, which would cost more than the request itself."""
+        auth = self._auth_entry()
+        return auth.headers, auth.queries
+
+    def _auth_entry(self) -> _Auth:
+        """:meth:`_auth` with the encoded auth query, recomputed after the reuse period."""
         now = time.monotonic()
         cached = self._auth_cache
-        if cached is not None and now - cached[0] < AUTH_REUSE_SECONDS:
-            return cached[1], cached[2]
+        if cached is not None and now - cached.stamp < AUTH_REUSE_SECONDS:
+            return cached
         headers: dict[str, str] = {}
         queries: list[tuple[str, str]] = []
         self.api_client.update_params_for_auth(headers, queries, ["BearerToken"], "", "GET",
                                                None)
-        self._auth_cache = (now, headers, tuple(queries))
-        return headers, tuple(queries)
+        auth = self._auth_cache = _Auth(now, headers, tuple(queries),
+                                        urlencode(queries) if queries else "")
+        return auth
+
+    def _headers(self, auth: _Auth, content_type: str | None) -> dict[str, str]:
+        """The request headers: Accept, the ApiClient's default headers, its cookie, the
+        auth headers and, for a body, its Content-Type. Built once per auth computation
+        and reused while the default headers and the cookie stay as they were."""
+        client = self.api_client
+        cached = self._headers_cache
+        if (cached is None or cached.auth is not auth or cached.cookie != client.cookie
+                or cached.defaults != client.default_headers):
+            base: dict[str, str] = {"Accept": JSON}
+            base.update(client.default_headers)
+            if client.cookie:
+                base["Cookie"] = client.cookie
+            base.update(auth.headers)
+            cached = self._headers_cache = _Headers(auth, dict(client.default_headers),
+                                                    client.cookie, {None: base})
+        headers = cached.by_type.get(content_type)
+        if headers is None:
+            headers = dict(cached.by_type[None])
+            if content_type is not None:
+                headers["Content-Type"] = content_type
+            cached.by_type[content_type] = headers
+        return headers
+
+    def _apply_query(self, field_manager: str) -> str:
+        """The encoded query of a forced server-side apply as ``field_manager``."""
+        query = self._apply_queries.get(field_manager)
+        if query is None:
+            if len(self._apply_queries) >= _MAX_APPLY_QUERIES:
+                self._apply_queries = {}
+            query = _encode_query({"fieldManager": field_manager, "force": True})
+            self._apply_queries[field_manager] = query
+        return query
 
     def _timeouts(self, timeout: float | tuple[float, float] | None) -> urllib3.Timeout:
         if timeout is None:
@@ -389,6 +465,9 @@ class ResourceAPI:
 
         Raises :class:`ResourceAPIUnavailable` when the server serves none of ours, or the
         client's error when discovery fails."""
+        version = self._version
+        if version is not None:
+            return version
         with self._lock:
             if self._version is None:
                 self._version = self._detect()
@@ -423,8 +502,8 @@ class ResourceAPI:
                       field_manager: str) -> dict[str, Any]:
         version = self.version
         obj = self._json("PATCH", self._path(version, CLAIMS, name, namespace, "status"),
-                         query={"fieldManager": field_manager, "force": True},
-                         body=body, content_type=APPLY_PATCH)
+                         query=self._apply_query(field_manager), body=body,
+                         content_type=APPLY_PATCH)
         return convert.claim_from_version(obj, version)
 
     def apply_claim_status_devices(self, namespace: str, name: str,

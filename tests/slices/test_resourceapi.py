@@ -3,9 +3,11 @@ error classification and retry helpers."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 import urllib3
@@ -214,3 +216,175 @@ def test_auth_refresh_hook_runs_at_most_once_per_reuse_period(
     clock[0] += ra.AUTH_REUSE_SECONDS
     headers = api._auth()[0]
     assert len(hooks) == 2 and "Bearer new" in headers.values()
+
+
+# ---------------------------------------------------------------------------------------------
+# per-request caches (headers, query strings, path segments): what reaches the server
+
+
+@dataclass
+class _Seen:
+    method: str
+    path: str
+    headers: dict[str, str]                 # names in lower case
+
+
+@contextlib.contextmanager
+def _recording_server() -> Iterator[tuple[str, list[_Seen]]]:
+    """A plain HTTP server answering every request with a JSON object (the API group
+    document for ``/apis/resource.k8s.io``); yields its URL and the requests it saw."""
+    import json as _json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[_Seen] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            seen.append(_Seen(self.command, self.path, headers))
+            group = self.path.split("?")[0] == "/apis/resource.k8s.io"
+            body = _json.dumps({"versions": [{"version": "v1"}]} if group
+                               else {"metadata": {"name": "c"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PATCH = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _api(url: str, token: str = "t0k") -> ResourceAPI:
+    config = Configuration(host=url)
+    config.api_key = {"BearerToken": token}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    return ResourceAPI(ApiClient(config), request_timeout=5)
+
+
+def test_refreshed_token_is_sent_once_the_reuse_period_is_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headers are built once per auth computation: a token refreshed by the hook reaches
+    the server with the first request after :data:`AUTH_REUSE_SECONDS`, not before."""
+    import plugin.resourceapi as ra
+
+    clock = [1000.0]
+    monkeypatch.setattr(ra.time, "monotonic", lambda: clock[0])
+    with _recording_server() as (url, seen):
+        api = _api(url, "old")
+        config = api.api_client.configuration
+
+        def refresh(c: Configuration) -> None:
+            c.api_key = {"BearerToken": "new" if clock[0] >= 1000.0 + ra.AUTH_REUSE_SECONDS
+                         else "old"}
+
+        config.refresh_api_key_hook = refresh
+        api.get_claim("ns", "c")
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+        clock[0] += ra.AUTH_REUSE_SECONDS / 2
+        api.get_claim("ns", "c")
+        clock[0] += ra.AUTH_REUSE_SECONDS / 2
+        api.get_claim("ns", "c")
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+    assert [(s.method, s.headers.get("authorization")) for s in seen] == [
+        ("GET", "Bearer old"),              # version discovery
+        ("GET", "Bearer old"),
+        ("PATCH", "Bearer old"),
+        ("GET", "Bearer old"),
+        ("GET", "Bearer new"),
+        ("PATCH", "Bearer new"),
+    ]
+
+
+def test_each_field_manager_gets_its_own_apply_query() -> None:
+    """The pre-encoded apply query is kept per field manager (encoded as ``urlencode``
+    does), so a second manager never reuses the first one's."""
+    from urllib.parse import urlencode
+
+    odd = "vendor.example.com/a b&c"
+    with _recording_server() as (url, seen):
+        api = _api(url)
+        for manager in (DRIVER, "other.example.com", DRIVER, odd):
+            api.apply_claim_status_devices("ns", "c", [], manager)
+        api.remove_claim_status_devices("ns", "c", "other.example.com")
+    queries = [s.path.split("?", 1)[1] for s in seen if s.method == "PATCH"]
+    assert queries == [urlencode({"fieldManager": m, "force": "true"}) for m in (
+        DRIVER, "other.example.com", DRIVER, odd, "other.example.com")]
+    assert queries[0] == f"fieldManager={DRIVER}&force=true"
+
+
+def test_changed_default_headers_and_cookie_are_sent() -> None:
+    """The prebuilt header dicts follow the ApiClient's default headers and cookie, and the
+    Content-Type of a body never leaks into a request without one."""
+    with _recording_server() as (url, seen):
+        api = _api(url)
+        api.get_claim("ns", "c")
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+        api.api_client.set_default_header("X-Trace", "1")
+        api.api_client.cookie = "session=abc"
+        api.get_claim("ns", "c")
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+        api.api_client.cookie = None
+        api.api_client.default_headers.pop("X-Trace")
+        api.get_claim("ns", "c")
+    heads = [s.headers for s in seen[1:]]
+    assert [h.get("content-type") for h in heads] == [
+        None, "application/apply-patch+yaml", None, "application/apply-patch+yaml", None]
+    assert [(h.get("x-trace"), h.get("cookie")) for h in heads] == [
+        (None, None), (None, None), ("1", "session=abc"), ("1", "session=abc"), (None, None)]
+    assert {h.get("accept") for h in heads} == {"application/json"}
+    assert {h.get("authorization") for h in heads} == {"Bearer t0k"}
+    assert len({h.get("user-agent") for h in heads}) == 1
+
+
+def test_auth_query_parameters_come_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Query parameters from the auth settings precede the request's own, as one
+    ``urlencode`` of both would put them."""
+    with _recording_server() as (url, seen):
+        api = _api(url)
+        client = api.api_client
+        original = client.update_params_for_auth
+
+        def with_query(headers: dict[str, str], queries: list[tuple[str, str]],
+                       *args: object) -> None:
+            original(headers, queries, *args)
+            queries.append(("token", "x y"))
+
+        monkeypatch.setattr(client, "update_params_for_auth", with_query)
+        api.get_claim("ns", "c")
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+        api.list_slices(DRIVER, NODE)
+    assert [s.path for s in seen] == [
+        "/apis/resource.k8s.io?token=x+y",
+        "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c?token=x+y",
+        f"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status?token=x+y"
+        f"&fieldManager={DRIVER}&force=true",
+        f"/apis/resource.k8s.io/v1/resourceslices?token=x+y&fieldSelector=spec.driver%3D"
+        f"{DRIVER}%2Cspec.nodeName%3D{NODE}&limit=500",
+    ]
+
+
+@pytest.mark.parametrize("segment", [
+    "claim-a", "a.b_c~d-0", "", "a b", "a/b", "x%2Fy", "ünï", "name:1", "~", "."])
+def test_path_segments_are_quoted_like_the_generated_client(segment: str) -> None:
+    from urllib.parse import quote
+
+    from plugin.resourceapi import _q
+
+    assert _q(segment) == quote(segment, safe="")
