@@ -145,47 +145,16 @@ def test_retry_after_is_capped() -> None:
 def test_host_path_prefix_and_auth_reach_the_server() -> None:
     """An API server behind a path prefix (``https://proxy/k8s/clusters/x``) gets every
     request under that prefix, with the bearer token of the configuration."""
-    import json as _json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    seen: list[tuple[str, str | None]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            seen.append((self.path, self.headers.get("Authorization")))
-            body = _json.dumps({"versions": [{"version": "v1"}]} if self.path.endswith(
-                "/apis/resource.k8s.io") else {"metadata": {"name": "c"}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        config = Configuration(host=f"http://127.0.0.1:{server.server_port}/k8s/clusters/x/")
-        config.api_key = {"BearerToken": "t0k"}
-        config.api_key_prefix = {"BearerToken": "Bearer"}
-        api = ResourceAPI(ApiClient(config), request_timeout=5)
+    with _recording_server() as (url, seen):
+        api = _api(f"{url}/k8s/clusters/x/")
         api.get_claim("ns", "c")
         api.get_claim("ns", "c")
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert [p for p, _ in seen] == [
+    assert [r.path for r in seen] == [
         "/k8s/clusters/x/apis/resource.k8s.io",
         "/k8s/clusters/x/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c",
         "/k8s/clusters/x/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c",
     ]
-    assert {a for _, a in seen} == {"Bearer t0k"}
+    assert {r.headers["authorization"] for r in seen} == {"Bearer t0k"}
 
 
 def test_auth_refresh_hook_runs_at_most_once_per_reuse_period(
@@ -247,7 +216,7 @@ def _recording_server() -> Iterator[tuple[str, list[_Seen]]]:
                 self.rfile.read(length)
             headers = {k.lower(): v for k, v in self.headers.items()}
             seen.append(_Seen(self.command, self.path, headers))
-            group = self.path.split("?")[0] == "/apis/resource.k8s.io"
+            group = self.path.split("?")[0].endswith("/apis/resource.k8s.io")
             body = _json.dumps({"versions": [{"version": "v1"}]} if group
                                else {"metadata": {"name": "c"}}).encode()
             self.send_response(200)
