@@ -155,3 +155,26 @@ def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert demo_main([]) == 0
     out = capsys.readouterr().out
     assert "CDI device ID:" in out and "OK: demo finished" in out
+
+
+def test_kubelet_calls_are_counted_for_the_status_writer(
+        harness: DriverHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prepare and unprepare count as kubelet calls in flight while they run (the status
+    writer gives way to them), and the count is back to zero after each."""
+    calls = harness.app.kubelet_calls
+    assert harness.app.status.calls is calls and harness.app.node.calls is calls
+    seen: list[int] = []
+    source = harness.app.node.claim_source
+    real_get = source.get_claim
+
+    def get_claim(namespace: str, name: str) -> dict[str, Any] | None:
+        seen.append(calls.in_flight)
+        return real_get(namespace, name)
+
+    monkeypatch.setattr(source, "get_claim", get_claim)
+    claim = harness.allocate("c1", [("node-1", "gpu-0")])
+    assert harness.prepare(claim)[uid(claim)].error == ""
+    assert seen == [1] and calls.in_flight == 0
+    assert harness.unprepare(claim) == {uid(claim): ""}
+    assert calls.in_flight == 0
+    assert harness.app.status.flush(10)
