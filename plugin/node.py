@@ -189,7 +189,8 @@ class NodeLogic:
 
     ``on_checkpoint_error(message)`` is called whenever an operation fails because the
     checkpoint is unreadable or unwritable (metrics). ``calls`` counts the prepare and
-    unprepare calls in flight (background status writes give way to them).
+    unprepare calls in flight (background status writes give way to them; default: a
+    counter of its own).
     ``crash_points`` overrides ``$DRAKIT_CRASH_POINT`` (tests only; see the module docstring).
     """
 
@@ -207,7 +208,7 @@ class NodeLogic:
         calls: KubeletCalls | None = None,
     ) -> None:
         self.driver_name = driver_name
-        self.calls = calls
+        self.calls = calls if calls is not None else KubeletCalls()
         self.inventory = inventory
         self.claim_source = claims
         self.specs = specs
@@ -294,8 +295,6 @@ class NodeLogic:
 
     def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
         """NodePrepareResources: one PrepareResult per distinct claim UID in ``claims``."""
-        if self.calls is None:
-            return self._prepare_claims(claims)
         with self.calls.call():
             return self._prepare_claims(claims)
 
@@ -584,8 +583,6 @@ class NodeLogic:
         """NodeUnprepareResources from the checkpoint alone: claim UID → error ("" = ok).
         Unknown claims are success. ``write_status=False`` leaves the claim's
         AllocatedDeviceStatus alone (the orphan sweep: the claim is gone or replaced)."""
-        if self.calls is None:
-            return self._unprepare_claims(claims, write_status)
         with self.calls.call():
             return self._unprepare_claims(claims, write_status)
 
