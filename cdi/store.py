@@ -119,9 +119,8 @@ class SpecStore:
         self.host_nodes = HostNodes(host_root) if host_root is not None else None
         self._lock = threading.Lock()
         # The directory as last scanned (see _check_conflicts): (file name, inode) of every
-        # spec file; the stat stamp and device names of each; which of them are checked
-        # by stat stamp at every scan; and device name → files of this kind defining it.
-        self._keys: set[tuple[str, int]] = set()
+        # spec file → its stat stamp and device names; which of them are checked by stat
+        # stamp at every scan; and device name → files of this kind defining it.
         self._files: dict[tuple[str, int], tuple[_Stamp | None, frozenset[str]]] = {}
         self._stamped: set[tuple[str, int]] = set()
         self._index: dict[str, set[tuple[str, int]]] = {}
@@ -217,10 +216,7 @@ class SpecStore:
             # writer since the rename has another inode and is read then).
             key = (path.name, written.st_ino)
             if key not in self._files:
-                self._files[key] = (None, names)
-                self._keys.add(key)
-                for device_name in names:
-                    self._index.setdefault(device_name, set()).add(key)
+                self._add(key, None, names)
         log.debug("wrote CDI spec %s (cdiVersion %s, %d devices)", path, spec.cdi_version, len(ids))
         return ids
 
@@ -286,16 +282,15 @@ class SpecStore:
         except FileNotFoundError:
             listing = {}
         keys = listing.keys()
-        for key in self._keys - keys:
+        for key in self._files.keys() - keys:
             self._forget(key)
-        for key in keys - self._keys:
+        for key in keys - self._files.keys():
             self._learn(key, listing[key])
         for key in list(self._stamped):
             stamp = _stamp_of(listing[key])
             if stamp != self._files[key][0]:
                 self._forget(key)
                 self._learn(key, listing[key])
-        self._keys = set(keys)
 
     def _learn(self, key: tuple[str, int], entry: os.DirEntry[str]) -> None:
         name = key[0]
@@ -307,8 +302,12 @@ class SpecStore:
                 devices = frozenset(summary[1])
         own = (name.startswith(self.file_prefix) and name.endswith(".json")
                and not entry.is_symlink())
+        self._add(key, stamp, devices, stamped=not own)
+
+    def _add(self, key: tuple[str, int], stamp: _Stamp | None, devices: frozenset[str],
+             stamped: bool = False) -> None:
         self._files[key] = (stamp, devices)
-        if not own:
+        if stamped:
             self._stamped.add(key)
         for device_name in devices:
             self._index.setdefault(device_name, set()).add(key)
