@@ -731,7 +731,8 @@ class RealAPIServer:
             self.request("DELETE", f"{base}/namespaces/{namespace}/resourceclaims")
 
     def create_node(self, name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """A Node, Ready and without taints (so the scheduler binds pods to it)."""
+        """A Node, Ready and without taints (so the scheduler binds pods to it): the
+        ``node.kubernetes.io/not-ready`` taint admission puts on a new Node is removed."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         node = {
             "metadata": {"name": name,
@@ -746,7 +747,13 @@ class RealAPIServer:
                 "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
             },
         }
-        return self.create_object("nodes", node)
+        created = self.create_object("nodes", node)
+        if created.get("spec", {}).get("taints"):
+            # admission (TaintNodesByCondition) adds node.kubernetes.io/not-ready; only the
+            # node-lifecycle controller, not running here, would take it off again
+            created["spec"]["taints"] = []
+            created = self.update_object("nodes", created)
+        return created
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Create the namespace unless it exists (labels are merged in when given), with its
