@@ -17,7 +17,8 @@ What is started (facts: shared/reference/real-control-plane.md)
     free loopback port with TLS (a CA and a serving certificate for 127.0.0.1 and localhost
     made with ``openssl``), static tokens (:attr:`RealAPIServer.admin_token` in group
     ``system:masters``; :attr:`RealAPIServer.nobody_token` with no rights), authorization
-    ``Node,RBAC`` (RBAC alone on a server without resource.k8s.io/v1), a service-account issuer and key pair (so bound tokens work),
+    ``Node,RBAC`` (RBAC alone on a server without resource.k8s.io/v1), a service-account
+    issuer and key pair (so bound tokens work),
     ``--endpoint-reconciler-type none`` (needed on loopback), every ``resource.k8s.io``
     version (v1, v1beta2, v1beta1, v1alpha3) plus ``scheduling.k8s.io/v1beta1`` and the DRA
     feature gates including the alpha ones (:data:`DRA_FEATURE_GATES`), and an audit log of
