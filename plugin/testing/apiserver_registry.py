@@ -23,7 +23,8 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import yaml
@@ -76,7 +77,7 @@ class RequestOptions:
     ``warnings`` collects the texts for ``Warning: 299`` answer headers."""
 
     strict: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = dataclass_field(default_factory=list)
 
 
 _REQUEST: contextvars.ContextVar[RequestOptions | None] = contextvars.ContextVar(

@@ -40,7 +40,7 @@ def definitions() -> dict[str, Any] | None:
     """The ``$defs`` of kubernetes_validate's Kubernetes 1.37 definitions, or None when the
     package is not installed."""
     try:
-        import kubernetes_validate  # noqa: PLC0415 - optional
+        import kubernetes_validate
     except ImportError:
         return None
     base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
