@@ -43,6 +43,9 @@ LIST_ATTRIBUTE_MEMBERS: Final = ("ints", "bools", "strings", "versions")
 ATTRIBUTE_MEMBERS: Final = ("int", "bool", "string", "version", *LIST_ATTRIBUTE_MEMBERS)
 _ATTRIBUTE_MEMBER_SET: Final = frozenset(ATTRIBUTE_MEMBERS)
 INT64_MIN: Final = -(2**63)
+UNION_DV_DETAIL: Final = ("must specify one of: `int`, `bool`, `string`, `version`, `ints`, "
+                          "`bools`, `strings`, `versions`")
+"""The declarative union error of DeviceAttribute (kube-apiserver 1.37)."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,9 @@ def validate_attribute(key: str, attr: Any, map_path: str) -> list[FieldError]:
                 errs.append(fe.invalid(ipath, v, "must be a 64-bit signed integer"))
             elif m == "bools" and not isinstance(v, bool):
                 errs.append(fe.invalid(ipath, v, "must be a boolean"))
+    if present and all(isinstance(attr[m], list) and not attr[m] for m in present):
+        # declarative union validation (1.37) counts an empty list as unset
+        errs.append(fe.invalid(path, "", UNION_DV_DETAIL))
     if not present:
         errs.append(fe.invalid(path, "", "exactly one value must be specified"))
     elif len(present) > 1:
@@ -507,11 +513,13 @@ def validate_node_allocatable_resources(resources: Any, capacity: Any,
 # ---------------------------------------------------------------------------------------------
 # slice-level 1.37 fields
 
-def validate_partition_type_attribute(spec: dict[str, Any]) -> list[FieldError]:
+def validate_partition_type_attribute(spec: dict[str, Any],
+                                      device_path: str | None = None) -> list[FieldError]:
     """``spec.partitionTypeAttribute`` (DRAPartitionableDevicesType, 1.37 alpha): a fully
     qualified name, only on a slice whose devices consume counters, and every such device
     carries it as a string attribute (bare in the driver's own domain, or fully qualified;
-    the fully qualified spelling wins)."""
+    the fully qualified spelling wins). ``device_path`` names the one device of ``spec``
+    being checked when it is not ``spec.devices[0]`` (a pool's device before splitting)."""
     name = spec["partitionTypeAttribute"]
     path = "spec.partitionTypeAttribute"
     if not isinstance(name, str):
@@ -529,7 +537,7 @@ def validate_partition_type_attribute(spec: dict[str, Any]) -> list[FieldError]:
         if not isinstance(device, dict) or not device.get("consumesCounters"):
             continue
         attrs = device.get("attributes") or {}
-        apath = f"spec.devices[{i}].attributes[{name}]"
+        apath = f"{device_path or f'spec.devices[{i}]'}.attributes[{name}]"
         attr = attrs.get(name, attrs.get(bare) if bare else None)
         if attr is None:
             errs.append(fe.required(apath, "device consumes counters and "

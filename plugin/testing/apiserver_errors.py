@@ -174,6 +174,16 @@ def invalid_object(kind: str, group: str, name: str, causes: list[Cause]) -> Api
     )
 
 
+def admission_forbidden(resource: str, group: str, name: str, detail: str) -> ApiError:
+    """403 from admission: ``<resource>.<group> "<name>" is forbidden: <detail>``."""
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{_qualified(resource, group)} "{name}" is forbidden: {detail}',
+        {"name": name, "group": group, "kind": resource},
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

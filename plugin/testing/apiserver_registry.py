@@ -55,6 +55,8 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
+NODE_ALLOCATABLE_FEATURE = "DRANodeAllocatableResources"
+"""The node feature (``Node.status.declaredFeatures``) nodeAllocatableResources needs."""
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_METADATA = ("uid", "creationTimestamp", "resourceVersion", "generation")
 
@@ -201,6 +203,35 @@ class Registry:
             causes += validate_claim_status(obj, old)
         if causes:
             raise errors.invalid_object(info.kind, info.group, name, causes)
+        if info is RESOURCE_SLICES:
+            self._admit_node_allocatable(obj)
+
+    def _admit_node_allocatable(self, obj: dict[str, Any]) -> None:
+        """The NodeDeclaredFeatures admission plugin (kube-apiserver 1.37, with the
+        DRANodeAllocatableResources gate): a device with ``nodeAllocatableResources`` on one
+        node (``spec.nodeName``, or the device's ``nodeName`` under perDeviceNodeSelection)
+        needs that Node to exist and to list ``DRANodeAllocatableResources`` in
+        ``status.declaredFeatures``; otherwise 403. Devices on several nodes (nodeSelector,
+        allNodes) are not checked here."""
+        spec = obj.get("spec") or {}
+        name = obj["metadata"].get("name", "")
+        per_device = spec.get("perDeviceNodeSelection") is True
+        for dev in spec.get("devices") or []:
+            if not isinstance(dev, dict) or not dev.get("nodeAllocatableResources"):
+                continue
+            node_name = dev.get("nodeName") if per_device else spec.get("nodeName")
+            if not node_name:
+                continue
+            node = self.store.get(self.key(NODES, "", node_name))
+            refused = None
+            if node is None:
+                refused = f'node "{node_name}" not found for device "{dev.get("name")}"'
+            elif NODE_ALLOCATABLE_FEATURE not in ((node.get("status") or {}).get(
+                    "declaredFeatures") or []):
+                refused = f'node "{node_name}" does not support {NODE_ALLOCATABLE_FEATURE} feature'
+            if refused is not None:
+                raise errors.admission_forbidden(RESOURCE_SLICES.plural, RESOURCE_SLICES.group,
+                                                 name, refused)
 
     # ------------------------------------------------------------------ create
 
@@ -389,9 +420,9 @@ class Registry:
     ) -> tuple[dict[str, Any], bool]:
         """Server-side apply (see apiserver_apply). Creates the object when the main
         resource does not exist yet."""
-        if not field_manager:
-            raise errors.bad_request("PATCH, application/apply-patch+yaml requests require "
-                                     "fieldManager to be set")
+        if not field_manager:   # PatchOptions validation: 422, as kube-apiserver answers
+            raise errors.invalid_object("PatchOptions", "meta.k8s.io", "", [
+                errors.required("fieldManager", "is required for apply patch")])
         try:
             config = _decode(raw)
         except yaml.YAMLError as exc:

@@ -236,6 +236,9 @@ def _device(path: str, device: Any, old: Any = None) -> list[Cause]:
         for member in _LIST_MEMBERS:
             if attr.get(member) is not None:
                 causes += _causes(_list_attribute(member, attr[member], f"{apath}.{member}"))
+        if all(v == [] for v in attr.values()) and any(m in attr for m in _LIST_MEMBERS):
+            # declarative union validation counts an empty list as unset
+            causes.append(invalid(apath, "", rules.UNION_DV_DETAIL))
     if capacity and capacity != old.get("capacity") and _is_map(capacity):
         allow = device.get("allowMultipleAllocations") is True
         for key in sorted(capacity):

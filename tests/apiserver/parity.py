@@ -27,6 +27,7 @@ from typing import Any
 DRIVER = "diff.example.com"
 NAMESPACE = "default"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+NODES = "/api/v1/nodes"
 CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
 JSON = "application/json"
 MERGE = "application/merge-patch+json"
@@ -100,10 +101,10 @@ def _watch_events(raw: bytes) -> Any:
 
 
 def slice_body(name: str, pool: str, devices: list[dict[str, Any]] | None = None,
-               **spec: Any) -> dict[str, Any]:
+               node: str = "diff-node", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": name},
-            "spec": {"driver": DRIVER, "nodeName": "diff-node",
+            "spec": {"driver": DRIVER, "nodeName": node,
                      "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
                      "devices": devices if devices is not None else [device("gpu-0")],
                      **spec}}
@@ -112,6 +113,16 @@ def slice_body(name: str, pool: str, devices: list[dict[str, Any]] | None = None
 def device(name: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "attributes": {"model": {"string": "x100"}},
             "capacity": {"memory": {"value": "16Gi"}}, **fields}
+
+
+def node_body(name: str, declared_features: list[str] | None = None) -> dict[str, Any]:
+    """A Node; ``declared_features`` go to ``status.declaredFeatures`` (what a kubelet
+    reports; the NodeDeclaredFeatures admission looks for DRANodeAllocatableResources there
+    before it lets a slice give devices nodeAllocatableResources on that node)."""
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    if declared_features is not None:
+        body["status"] = {"declaredFeatures": declared_features}
+    return body
 
 
 def claim_body(name: str) -> dict[str, Any]:
@@ -219,7 +230,15 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
     fs_pool = {"fieldSelector": f"spec.pool.name={pool}"}
     rp_device = device("gpu-0", capacity={"memory": {"value": "16Gi", "requestPolicy": {
         "default": "1Gi", "validValues": ["1Gi", "2Gi"]}}})
+    node = f"{prefix}-node"
+    plain_node = f"{prefix}-plain-node"
+    nar_device = device("gpu-0", nodeAllocatableResources={
+        "memory": {"overhead": {"perPod": "64Mi"}}})
     return [
+        Step("create node with the DRANodeAllocatableResources feature", "POST", NODES,
+             node_body(node, ["DRANodeAllocatableResources"]), expect=(201, "")),
+        Step("create node without declared features", "POST", NODES, node_body(plain_node),
+             expect=(201, "")),
         # -- ResourceSlices: valid, defaulted, pruned ------------------------------------
         Step("create slice (taint without timeAdded)", "POST", SLICES, slice_body(
             s, pool, [device("gpu-0", taints=[{"key": "example.com/t", "effect": "NoSchedule"}]),
@@ -264,6 +283,12 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
             f"{s}-many", other_pool, [device(f"gpu-{i}") for i in range(129)]),
              expect=(422, "Invalid")),
         # -- Kubernetes 1.37 fields (gates on) --------------------------------------------
+        Step("nodeAllocatableResources on a node that does not exist", "POST", SLICES,
+             slice_body(f"{s}-nar-nonode", other_pool, [nar_device], node=f"{prefix}-none"),
+             expect=(403, "Forbidden")),
+        Step("nodeAllocatableResources on a node without the feature", "POST", SLICES,
+             slice_body(f"{s}-nar-plain", other_pool, [nar_device], node=plain_node),
+             expect=(403, "Forbidden")),
         Step("1.37 fields accepted", "POST", SLICES, slice_body(
             f"{s}-137", other_pool, [
                 device("part-0", attributes={
@@ -279,14 +304,14 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
                                                   "capacityMultiplier": "1"},
                                       "overhead": {"perPod": "64Mi"}},
                            "cpu": {"mapping": {"deviceMultiplier": "2"}}})],
-            partitionTypeAttribute=f"{DRIVER}/profile",
+            node=node, partitionTypeAttribute=f"{DRIVER}/profile",
             skipNodeOperations=["NodeUnprepareResources"]),
              expect=(201, ""), observe=_spec_1_37),
         Step("nodeAllocatableResources: bad name and missing capacity key", "POST", SLICES,
              slice_body(f"{s}-nar", other_pool, [device("gpu-0", nodeAllocatableResources={
                  "ephemeral-storage": {"overhead": {"perPod": "1Gi"}},
                  "memory": {"mapping": {"capacityKey": "nope", "capacityMultiplier": "1"}},
-                 "cpu": {"overhead": {}}})]), expect=(422, "Invalid")),
+                 "cpu": {"overhead": {}}})], node=node), expect=(422, "Invalid")),
         Step("partitionTypeAttribute without counters", "POST", SLICES, slice_body(
             f"{s}-pta", other_pool, partitionTypeAttribute=f"{DRIVER}/profile"),
              expect=(422, "Invalid")),
@@ -323,7 +348,7 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
         Step("apply (yaml)", "PATCH", f"{SLICES}/{s}", slice_body(s, pool), content_type=APPLY,
              query={"fieldManager": "diff", "force": "true"}),
         Step("apply without fieldManager", "PATCH", f"{SLICES}/{s}", slice_body(s, pool),
-             content_type=APPLY, expect=(400, "BadRequest")),
+             content_type=APPLY, expect=(422, "Invalid")),
         Step("patch with an unknown content type", "PATCH", f"{SLICES}/{s}", {},
              content_type="text/plain", expect=(415, "UnsupportedMediaType")),
         Step("create with an unknown content type", "POST", SLICES, b"x",
@@ -396,4 +421,6 @@ def run(client: Client, prefix: str) -> list[tuple[Step, Answer, Any]]:
         out.append((step, answer, observed))
     for suffix in CLEANUP_SUFFIXES:
         client.send("DELETE", f"{SLICES}/{prefix}{suffix}")
+    for suffix in ("-node", "-plain-node"):
+        client.send("DELETE", f"{NODES}/{prefix}{suffix}")
     return out
