@@ -109,12 +109,13 @@ def parse_path(path: str, ctx: ServerContext) -> Route:
     }
     for v in served:
         docs[("apis", RESOURCE_GROUP, v)] = lambda v=v: group_resource_list(v)
-    if schema.definitions() is not None:
-        docs[("openapi", "v2")] = lambda: _openapi_v2(served)
-        docs[("openapi", "v3")] = lambda: schema.openapi_v3_root(openapi_groups(served))
-        for gv_path in openapi_groups(served):
-            docs[("openapi", "v3", *gv_path.split("/"))] = \
-                lambda p=gv_path: openapi_groups(served)[p]
+    schema_version = schema.schema_version_for(served, ctx.kubernetes_minor)
+    if schema.definitions(schema_version) is not None:
+        groups = _openapi_groups(served, schema_version)
+        docs[("openapi", "v2")] = lambda: _openapi_v2(served, schema_version)
+        docs[("openapi", "v3")] = lambda: schema.openapi_v3_root(groups)
+        for gv_path in groups:
+            docs[("openapi", "v3", *gv_path.split("/"))] = lambda p=gv_path: groups[p]
     if tuple(parts) in docs:
         return Route(None, "", None, "", "", False, docs[tuple(parts)]())
     if len(parts) >= 3 and parts[:2] == ["api", "v1"]:
@@ -146,23 +147,20 @@ def openapi_resources(served: tuple[str, ...]) -> list[schema.OpenAPIResource]:
     return out
 
 
-def openapi_groups(served: tuple[str, ...]) -> dict[str, Any]:
+@functools.cache
+def _openapi_v2(served: tuple[str, ...], schema_version: str | None) -> dict[str, Any] | None:
+    return schema.openapi_v2_document(openapi_resources(served), schema_version)
+
+
+@functools.cache
+def _openapi_groups(served: tuple[str, ...], schema_version: str | None) -> dict[str, Any]:
     """``/openapi/v3`` documents by group-version path (``api/v1``, ``apis/<g>/<v>``)."""
-    return _openapi_groups(served)
-
-
-@functools.cache
-def _openapi_v2(served: tuple[str, ...]) -> dict[str, Any] | None:
-    return schema.openapi_v2_document(openapi_resources(served))
-
-
-@functools.cache
-def _openapi_groups(served: tuple[str, ...]) -> dict[str, Any]:
     resources = openapi_resources(served)
     out: dict[str, Any] = {}
     for group, version in dict.fromkeys((r.group, r.version) for r in resources):
         doc = schema.openapi_v3_document(
-            group, version, [r for r in resources if (r.group, r.version) == (group, version)])
+            group, version, [r for r in resources if (r.group, r.version) == (group, version)],
+            schema_version)
         if doc is not None:
             out[schema.gv_path(group, version)] = doc
     return out

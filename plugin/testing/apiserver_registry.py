@@ -134,9 +134,11 @@ class Registry:
     converted to the stored shape before anything else looks at them.
     """
 
-    def __init__(self, store: Store, rng: random.Random) -> None:
+    def __init__(self, store: Store, rng: random.Random,
+                 schema_version: str | None = schema.SCHEMA_VERSION) -> None:
         self.store = store
         self._rng = rng
+        self.schema_version = schema_version
 
     # ------------------------------------------------------------------ helpers
 
@@ -177,7 +179,7 @@ class Registry:
             raise errors.bad_request("metadata must be an object")
         obj.setdefault("metadata", {})
         stored_version = "v1" if info.group else version
-        found = schema.decode(obj, info.group, stored_version, info.kind)
+        found = schema.decode(obj, info.group, stored_version, info.kind, self.schema_version)
         if found.bad_quantities:
             raise errors.bad_request(schema.quantity_error(info.kind, version))
         request = current_request()

@@ -31,20 +31,35 @@ from typing import Any
 from plugin.slices.quantity import QUANTITY_ERROR, QuantityError, parse
 
 SCHEMA_VERSION = "v1.37.0"
+"""The default schema: Kubernetes 1.37."""
+SCHEMA_DIRS: dict[str, str] = {"v1.37.0": "v1.37.0-local", "v1.36.0": "v1.36.0-local-strict"}
+"""kubernetes_validate's folders of the schemas the embedded server can emulate."""
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _DEF_PREFIX = "#/$defs/"
 
 
+def schema_version_for(served: tuple[str, ...], kubernetes_minor: int | None) -> str | None:
+    """The schema an embedded server uses: by ``kubernetes_minor`` when given (36 → 1.36,
+    37 and later → 1.37, older → none), else 1.37 when it serves v1 and none for a server
+    that serves only v1beta2/v1beta1 (an older cluster: no OpenAPI, unknown fields kept)."""
+    if kubernetes_minor is not None:
+        return "v1.37.0" if kubernetes_minor >= 37 else "v1.36.0" if kubernetes_minor == 36 \
+            else None
+    return SCHEMA_VERSION if "v1" in served else None
+
+
 @functools.cache
-def definitions() -> dict[str, Any] | None:
-    """The ``$defs`` of kubernetes_validate's Kubernetes 1.37 definitions, or None when the
-    package is not installed."""
+def definitions(schema_version: str | None = SCHEMA_VERSION) -> dict[str, Any] | None:
+    """The ``$defs`` of kubernetes_validate's definitions of ``schema_version`` (a key of
+    :data:`SCHEMA_DIRS`), or None (no such schema, or the package is not installed)."""
+    if schema_version not in SCHEMA_DIRS:
+        return None
     try:
-        import kubernetes_validate
+        import kubernetes_validate  # optional (a dev dependency)
     except ImportError:
         return None
     base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-    path = base / f"{SCHEMA_VERSION}-local" / "_definitions.json"
+    path = base / SCHEMA_DIRS[schema_version] / "_definitions.json"
     if not path.is_file():
         return None
     with path.open(encoding="utf-8") as f:
@@ -53,9 +68,10 @@ def definitions() -> dict[str, Any] | None:
 
 
 @functools.cache
-def definition_name(group: str, version: str, kind: str) -> str | None:
+def definition_name(group: str, version: str, kind: str,
+                    schema_version: str | None = SCHEMA_VERSION) -> str | None:
     """The definition whose ``x-kubernetes-group-version-kind`` is (group, version, kind)."""
-    defs = definitions()
+    defs = definitions(schema_version)
     if defs is None:
         return None
     for name, schema in defs.items():
@@ -118,13 +134,14 @@ def _walk(value: Any, schema: dict[str, Any], path: str, defs: dict[str, Any],
     return value
 
 
-def decode(obj: dict[str, Any], group: str, version: str, kind: str) -> DecodeResult:
+def decode(obj: dict[str, Any], group: str, version: str, kind: str,
+           schema_version: str | None = SCHEMA_VERSION) -> DecodeResult:
     """Drop the fields ``kind`` in ``group/version`` does not declare (in place), render
     quantities canonically and collect the values that are no quantity. Without schemas
     (kubernetes_validate absent) nothing changes."""
     out = DecodeResult()
-    defs = definitions()
-    name = definition_name(group, version, kind)
+    defs = definitions(schema_version)
+    name = definition_name(group, version, kind, schema_version)
     if defs is None or name is None:
         return out
     _walk(obj, defs[name], "", defs, out)
@@ -229,19 +246,20 @@ def _operations(res: OpenAPIResource, ref: str) -> dict[str, Any]:
     }
 
 
-def openapi_v3_document(group: str, version: str,
-                        resources: list[OpenAPIResource]) -> dict[str, Any] | None:
+def openapi_v3_document(group: str, version: str, resources: list[OpenAPIResource],
+                        schema_version: str | None = SCHEMA_VERSION) -> dict[str, Any] | None:
     """``/openapi/v3/{api/v1|apis/<group>/<version>}``: paths with the write operations
     (their ``fieldValidation`` parameter tells kubectl to validate on the server) and the
     component schemas of the kinds."""
-    defs = definitions()
+    defs = definitions(schema_version)
     if defs is None:
         return None
     ref_prefix = "#/components/schemas/"
-    names = [n for r in resources if (n := definition_name(r.group, r.version, r.kind))]
+    names = [n for r in resources
+             if (n := definition_name(r.group, r.version, r.kind, schema_version))]
     paths: dict[str, Any] = {}
     for res in resources:
-        name = definition_name(res.group, res.version, res.kind)
+        name = definition_name(res.group, res.version, res.kind, schema_version)
         if name is not None:
             paths.update(_operations(res, ref_prefix + name))
     schemas = {n: _openapi(s, ref_prefix) for n, s in _referenced(names, defs).items()}
@@ -258,12 +276,14 @@ def openapi_v3_root(groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"paths": paths}
 
 
-def openapi_v2_document(resources: list[OpenAPIResource]) -> dict[str, Any] | None:
+def openapi_v2_document(resources: list[OpenAPIResource],
+                        schema_version: str | None = SCHEMA_VERSION) -> dict[str, Any] | None:
     """``/openapi/v2`` (Swagger 2.0): the definitions of every served kind."""
-    defs = definitions()
+    defs = definitions(schema_version)
     if defs is None:
         return None
-    names = [n for r in resources if (n := definition_name(r.group, r.version, r.kind))]
+    names = [n for r in resources
+             if (n := definition_name(r.group, r.version, r.kind, schema_version))]
     definitions_v2 = {n: _openapi(s, "#/definitions/")
                       for n, s in _referenced(names, defs).items()}
     return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": SCHEMA_VERSION},

@@ -29,7 +29,7 @@ from plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
 from plugin.testing.realcluster import RealAPIServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apiserver"))
-from parity import SLICES, Answer, Client, Step, run
+from parity import SLICES, Answer, Client, Step, run, sequence
 
 KEPT_DIFFERENCES: dict[str, str] = {
     # step name -> why the embedded server answers differently on purpose
@@ -107,3 +107,29 @@ def test_protobuf_writes(both: tuple[Client, Client]) -> None:
     assert r.code == 400 and r.reason == "BadRequest", (r.code, r.reason, r.message)
     assert (e.code, e.reason) == (415, "UnsupportedMediaType")
     assert "application/json" in e.message
+
+
+def test_client_side_rules_match_the_real_server(real_apiserver: RealAPIServer) -> None:
+    """drakit's own validator (plugin.slices.rules, what the publisher checks before it
+    sends) gives the real server's field errors, word for word, for every ResourceSlice
+    the recorded sequence expects to be refused with 422."""
+    from plugin.slices import rules
+
+    real = Client(real_apiserver.url, real_apiserver.admin_token, str(real_apiserver.ca_file))
+    prefix = f"r{uuid.uuid4().hex[:6]}"
+    checked = 0
+    mismatches = []
+    for item in sequence(prefix, {}):
+        if callable(item):      # the steps built from earlier answers are no slice writes
+            continue
+        step = item
+        if step.expect != (422, "Invalid") or step.method != "POST" or step.path != SLICES:
+            continue
+        answer = real.send(step.method, step.path, step.body)
+        assert (answer.code, answer.reason) == (422, "Invalid"), (step.name, answer.message)
+        ours = sorted(str(e) for e in rules.validate_slice(step.body))
+        if ours != answer.cause_messages:
+            mismatches.append(f"{step.name}:\n  real:  {answer.cause_messages}\n  rules: {ours}")
+        checked += 1
+    assert checked >= 10
+    assert not mismatches, "\n".join(mismatches)
