@@ -17,7 +17,8 @@ What is started (facts: shared/reference/real-control-plane.md)
     free loopback port with TLS (a CA and a serving certificate for 127.0.0.1 and localhost
     made with ``openssl``), static tokens (:attr:`RealAPIServer.admin_token` in group
     ``system:masters``; :attr:`RealAPIServer.nobody_token` with no rights), authorization
-    ``Node,RBAC``, a service-account issuer and key pair (so bound tokens work),
+    ``Node,RBAC`` (RBAC alone on a server without resource.k8s.io/v1), a service-account
+    issuer and key pair (so bound tokens work),
     ``--endpoint-reconciler-type none`` (needed on loopback), every ``resource.k8s.io``
     version (v1, v1beta2, v1beta1, v1alpha3) plus ``scheduling.k8s.io/v1beta1`` and the DRA
     feature gates including the alpha ones (:data:`DRA_FEATURE_GATES`), and an audit log of
@@ -121,6 +122,8 @@ ALL_RESOURCE_VERSIONS: dict[str, bool] = {
 }
 
 _RESOURCE_GROUP_VERSIONS = ("v1", "v1beta2", "v1beta1")
+#: The namespace label without which the server refuses adminAccess requests (DRAAdminAccess).
+ADMIN_ACCESS_LABEL = {"resource.kubernetes.io/admin-access": "true"}
 
 
 class RealClusterError(RuntimeError):
@@ -313,7 +316,9 @@ class RealAPIServer:
     ``runtime_config`` maps API group versions to on/off (default
     :data:`ALL_RESOURCE_VERSIONS`; e.g. ``{"resource.k8s.io/v1": False,
     "resource.k8s.io/v1beta1": True}`` is a 1.32-like server); ``feature_gates`` is added to
-    :data:`DRA_FEATURE_GATES`; ``extra_args`` go to kube-apiserver last. Use :meth:`start`
+    :data:`DRA_FEATURE_GATES`; ``extra_args`` go to kube-apiserver last;
+    ``authorization_mode`` defaults to ``Node,RBAC`` (``RBAC`` when resource.k8s.io/v1 is
+    off: the Node authorizer needs v1 ResourceSlices to become ready). Use :meth:`start`
     (or ``with``) and :meth:`stop`; ``stop`` removes ``workdir`` when ``remove_workdir``.
     """
 
@@ -325,6 +330,7 @@ class RealAPIServer:
         runtime_config: Mapping[str, bool] | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         extra_args: Sequence[str] = (),
+        authorization_mode: str | None = None,
         remove_workdir: bool = True,
         start_timeout: float = 90.0,
     ) -> None:
@@ -339,6 +345,10 @@ class RealAPIServer:
                                    else runtime_config)
         self.feature_gates = {**DRA_FEATURE_GATES, **(feature_gates or {})}
         self.extra_args = list(extra_args)
+        # The Node authorizer's graph watches v1 ResourceSlices: with v1 off its informer
+        # never syncs and /readyz stays "informer-sync failed" (seen with 1.37.2).
+        v1_on = self.runtime_config.get("resource.k8s.io/v1", True)
+        self.authorization_mode = authorization_mode or ("Node,RBAC" if v1_on else "RBAC")
         self.remove_workdir = remove_workdir
         self.start_timeout = start_timeout
         self.admin_token = uuid.uuid4().hex
@@ -413,7 +423,7 @@ class RealAPIServer:
                 "--tls-cert-file", str(pki["cert"]), "--tls-private-key-file", str(pki["key"]),
                 "--client-ca-file", str(pki["ca"]),
                 "--token-auth-file", str(self.workdir / "tokens.csv"),
-                "--authorization-mode", "Node,RBAC",
+                "--authorization-mode", self.authorization_mode,
                 "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
                 "--service-account-key-file", str(pki["sa_pub"]),
                 "--service-account-signing-key-file", str(pki["sa_key"]),
@@ -712,8 +722,18 @@ class RealAPIServer:
             self.request("PATCH", path, dict(doc), content_type="application/apply-patch+yaml",
                          query=query)
 
+    def reset(self, namespaces: Sequence[str] = ("default",)) -> None:
+        """Delete every ResourceSlice and the ResourceClaims of ``namespaces`` (as the
+        admin), so a test written for a fresh embedded server (node-1, claim c1) can run on
+        this shared one. Nodes, RBAC, policies and DeviceClasses stay."""
+        base = f"/apis/resource.k8s.io/{self._helper_version}"
+        self.request("DELETE", f"{base}/resourceslices")
+        for namespace in namespaces:
+            self.request("DELETE", f"{base}/namespaces/{namespace}/resourceclaims")
+
     def create_node(self, name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """A Node, Ready and without taints (so the scheduler binds pods to it)."""
+        """A Node, Ready and without taints (so the scheduler binds pods to it): the
+        ``node.kubernetes.io/not-ready`` taint admission puts on a new Node is removed."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         node = {
             "metadata": {"name": name,
@@ -728,7 +748,13 @@ class RealAPIServer:
                 "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
             },
         }
-        return self.create_object("nodes", node)
+        created = self.create_object("nodes", node)
+        if created.get("spec", {}).get("taints"):
+            # admission (TaintNodesByCondition) adds node.kubernetes.io/not-ready; only the
+            # node-lifecycle controller, not running here, would take it off again
+            created["spec"]["taints"] = []
+            created = self.update_object("nodes", created)
+        return created
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Create the namespace unless it exists (labels are merged in when given), with its
@@ -756,12 +782,15 @@ class RealAPIServer:
         labels: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Create a ResourceClaim allocated to ``devices``, as the embedded server's
-        ``create_claim`` does (same arguments); the real server picks the UID, so ``uid``
-        must be None. The DeviceClass is created when missing (the real server needs none,
-        the scheduler does)."""
+        ``create_claim`` does (same arguments; the allocation is written to the status
+        subresource as the admin). The real server picks the UID, so ``uid`` must be None.
+        With an ``admin_access`` device the namespace gets the label DRAAdminAccess asks
+        for (:data:`ADMIN_ACCESS_LABEL`)."""
         if uid is not None:
             raise ValueError("the real API server assigns metadata.uid; pass uid=None")
-        self.ensure_namespace(namespace)
+        admin = any(isinstance(d, AllocatedDevice) and d.admin_access for d in devices)
+        # DRAAdminAccess: only namespaces labelled so may hold adminAccess requests
+        self.ensure_namespace(namespace, ADMIN_ACCESS_LABEL if admin else None)
         results = [d.to_result() if isinstance(d, AllocatedDevice) else dict(d)
                    for d in devices]
         counts: dict[str, int] = {}
@@ -912,23 +941,32 @@ class RealAPIServer:
 
     # ------------------------------------------------------------------ audit log
 
-    def audit_records(self) -> list[AuditRecord]:
+    def audit_records(self, timeout: float = 5.0) -> list[AuditRecord]:
         """Every request since the last :meth:`clear_requests`, oldest first (audit stage
-        ResponseComplete; the log is written while the answer is sent, so a request made a
-        moment ago may appear a few milliseconds later)."""
-        path = self.workdir / "audit.log"
-        out: list[AuditRecord] = []
-        try:
-            with open(path, "rb") as f:
+        ResponseComplete). The server logs a request just after answering it, so this first
+        sends a marker request and reads until the marker is logged (at most ``timeout``
+        seconds); the marker itself is left out."""
+        marker = f"/version?drakit-audit-marker={uuid.uuid4().hex}"
+        self.request("GET", marker)
+        deadline = time.monotonic() + timeout
+        while True:
+            out: list[AuditRecord] = []
+            seen = False
+            with contextlib.suppress(FileNotFoundError), \
+                    open(self.workdir / "audit.log", "rb") as f:
                 f.seek(self._audit_offset)
                 for line in f:
                     if not line.endswith(b"\n"):
                         break
                     with contextlib.suppress(ValueError):
-                        out.append(AuditRecord.from_event(json.loads(line)))
-        except FileNotFoundError:
-            pass
-        return out
+                        record = AuditRecord.from_event(json.loads(line))
+                        if "drakit-audit-marker=" in record.path:
+                            seen = seen or record.path == marker
+                            continue
+                        out.append(record)
+            if seen or time.monotonic() >= deadline:
+                return out
+            time.sleep(0.02)
 
     def clear_requests(self) -> None:
         """Forget the requests logged so far (only later ones are returned)."""
@@ -989,3 +1027,17 @@ def resource_versions_config(versions: Iterable[str]) -> dict[str, bool]:
     return {**{f"resource.k8s.io/{v}": v in wanted for v in (*_RESOURCE_GROUP_VERSIONS,
                                                               "v1alpha3")},
             "scheduling.k8s.io/v1beta1": True}
+
+
+def real_server_for(request: Any, default: RealAPIServer,
+                    harness_kwargs: dict[str, Any]) -> RealAPIServer:
+    """The real server a harness made with ``harness_kwargs`` should use in a test written
+    for the embedded one: ``default``, or for ``served_versions=(...)`` the session's server
+    serving just those (``real_apiserver_factory``), reset. Pops ``served_versions``."""
+    versions = harness_kwargs.pop("served_versions", None)
+    if not versions or tuple(versions) == ("v1",):
+        return default
+    server: RealAPIServer = request.getfixturevalue("real_apiserver_factory")(
+        runtime_config=resource_versions_config(versions))
+    server.reset()
+    return server
