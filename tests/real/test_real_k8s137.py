@@ -5,14 +5,17 @@ without them (what the publisher then reports as a field the server changed)."""
 
 from __future__ import annotations
 
-import copy
+import json
 import uuid
 from typing import Any
+
+import pytest
+from kubernetes.client import ApiException
 
 from plugin.resourceapi import ResourceAPI
 from plugin.slices import convert
 from plugin.testing.pytest_plugin import RealAPIServerFactory
-from plugin.testing.realcluster import RealAPIServer
+from plugin.testing.realcluster import RealAPIServer, resource_versions_config
 
 DRIVER = "k137.example.com"
 ALPHA_GATES_OFF = {g: False for g in (
@@ -83,8 +86,7 @@ def test_v1beta2_only_server_serves_them_too(
         real_apiserver_factory: RealAPIServerFactory) -> None:
     """A 1.37 server without v1 (``resource.k8s.io/v1=false``): its v1beta2 schema has the
     fields, so drakit sends them (converted) and they come back."""
-    server = real_apiserver_factory(runtime_config={"resource.k8s.io/v1": False,
-                                                    "resource.k8s.io/v1beta2": True})
+    server = real_apiserver_factory(runtime_config=resource_versions_config(["v1beta2"]))
     created, api = _create(server)
     assert api.version == "v1beta2"
     assert api.served_new_fields() == frozenset(f.name for f in convert.NEW_SLICE_FIELDS)
@@ -94,10 +96,26 @@ def test_v1beta2_only_server_serves_them_too(
 def test_alpha_gates_off_the_server_drops_them(
         real_apiserver_factory: RealAPIServerFactory) -> None:
     """The fields are in the schema whatever the gates (generated from the Go types), so
-    drakit sends them; with the gates off kube-apiserver drops them silently on write."""
+    drakit sends them; with the gates off kube-apiserver drops them silently on write, and a
+    list-typed attribute, dropped, leaves an attribute with no value: the slice is refused
+    (422, the declarative union error), which drakit cannot see coming."""
     server = real_apiserver_factory(feature_gates=ALPHA_GATES_OFF)
-    created, _ = _create(server)
-    dropped = copy.deepcopy(EXPECTED)
-    for key in dropped:
-        dropped[key] = None
-    assert _fields(created) == dropped
+    body = _slice(_node(server))
+    lists = body["spec"]["devices"][0]["attributes"].pop("numa")
+    client = server.api_client()
+    try:
+        api = ResourceAPI(client)
+        created = api.create_slice(body)
+        api.delete_slice(created["metadata"]["name"])
+        assert _fields(created) == dict.fromkeys(EXPECTED)
+        body["spec"]["devices"][0]["attributes"]["numa"] = lists
+        with pytest.raises(ApiException) as info:
+            api.create_slice(body)
+    finally:
+        client.close()
+    assert info.value.status == 422
+    status = json.loads(info.value.body)
+    assert [c["field"] for c in status["details"]["causes"]] == [
+        "spec.devices[0].attributes[numa]"]
+    assert status["details"]["causes"][0]["message"].startswith(
+        'Invalid value: "": must specify one of: `int`')
