@@ -502,7 +502,8 @@ def validate_claim_status(
     new_allocation = status.get("allocation")
     if old_allocation is not None and new_allocation is not None \
             and old_allocation != new_allocation:
-        causes.append(invalid("status.allocation", new_allocation, "field is immutable"))
+        # kube-apiserver 1.37.2's words (the value printed is null)
+        causes.append(invalid("status.allocation", None, "field cannot be modified once set"))
     allocated = allocated_keys(obj)
     seen: set[tuple[Any, Any, Any, Any]] = set()
     for i, entry in enumerate(status.get("devices") or []):

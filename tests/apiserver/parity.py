@@ -361,6 +361,13 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
         lambda: Step("watch from the list's resourceVersion", "GET", SLICES, query={
             **fs_pool, "watch": "true", "resourceVersion": state["rv"], "timeoutSeconds": "1"},
             observe=_watch),
+        Step("PUT with a stale resourceVersion", "PUT", f"{SLICES}/{s}", {
+            **slice_body(s, pool), "metadata": {"name": s, "resourceVersion": "1"}},
+             expect=(409, "Conflict")),
+        Step("change an immutable field", "PUT", f"{SLICES}/{s}", slice_body(s, other_pool),
+             expect=(422, "Invalid")),
+        Step("list with limit", "GET", SLICES, query={**fs_pool, "limit": "1"},
+             observe=_names),
         Step("delete slice", "DELETE", f"{SLICES}/{s}"),
         Step("get deleted slice", "GET", f"{SLICES}/{s}", expect=(404, "NotFound")),
         # -- ResourceClaim status ------------------------------------------------------------
@@ -384,6 +391,30 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": claim, "namespace": NAMESPACE}, "status": {}},
              content_type=APPLY, query={"fieldManager": DRIVER}, observe=_status_devices),
+        Step("status.devices: bad networkData and conditions", "PATCH",
+             f"{CLAIMS}/{claim}/status", {
+                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": claim, "namespace": NAMESPACE},
+                 "status": {"devices": [{
+                     "driver": DRIVER, "pool": pool, "device": "gpu-0",
+                     "conditions": [{**condition(), "status": "Maybe"}],
+                     "networkData": {"interfaceName": "x" * 257,
+                                     "ips": ["10.9.8.7/24", "010.009.008.000/24", "300.1.1.1/8",
+                                             "10.9.8.7/24"]}}]}},
+             content_type=APPLY, query={"fieldManager": "bad"}, expect=(422, "Invalid")),
+        Step("status.devices: data not an object", "PATCH", f"{CLAIMS}/{claim}/status", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": claim, "namespace": NAMESPACE},
+            "status": {"devices": [{"driver": DRIVER, "pool": pool, "device": "gpu-0",
+                                    "data": [1, 2]}]}},
+             content_type=APPLY, query={"fieldManager": "bad"}, expect=(422, "Invalid")),
+        Step("merge patch of status.devices", "PATCH", f"{CLAIMS}/{claim}/status", {
+            "status": {"devices": [{"driver": DRIVER, "pool": pool, "device": "gpu-0",
+                                    "networkData": {"ips": ["10.9.8.7/24"]}}]}},
+             content_type=MERGE, observe=_status_devices),
+        lambda: Step("status allocation is immutable", "PUT", f"{CLAIMS}/{claim}/status", {
+            **claim_body(claim), "metadata": {"name": claim, "uid": state["uid"]},
+            "status": {"allocation": allocation(other_pool)}}, expect=(422, "Invalid")),
         Step("delete claim", "DELETE", f"{CLAIMS}/{claim}"),
         Step("re-create claim under the same name", "POST", CLAIMS, claim_body(claim),
              expect=(201, "")),
