@@ -24,7 +24,6 @@ import enum
 import json
 import logging
 import random
-import re
 import string
 import threading
 import time
@@ -515,7 +514,7 @@ class ResourceAPI:
         out, dropped = convert.drop_unserved_fields(obj, self.served_new_fields())
         name = (obj.get("metadata") or {}).get("name") or "(new)"
         for message in dropped:
-            field_name = re.sub(r"\[[^\]]*\]", "[]", message.split(": ", 1)[0])
+            field_name = convert.unserved_field_key(message)
             if field_name not in self._warned_fields:
                 self._warned_fields.add(field_name)
                 log.warning("ResourceSlice %s: %s", name, message)

@@ -19,6 +19,7 @@ with the input (copy it before mutating it).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -233,3 +234,9 @@ def drop_unserved_fields(obj: dict[str, Any], served: frozenset[str]
     if not dropped:
         return obj, []
     return {**obj, "spec": out_spec}, dropped
+
+
+def unserved_field_key(message: str) -> str:
+    """The field a :func:`drop_unserved_fields` message is about, without indexes and keys
+    (``spec.devices[].attributes[]``): to report each field once, not once per device."""
+    return re.sub(r"\[[^\]]*\]", "[]", message.split(": ", 1)[0])
