@@ -1,12 +1,17 @@
-"""The few validation rules the embedded API server enforces (a test double, not
+"""The validation rules the embedded API server enforces (a test double, not
 drakit's validator).
 
 It rejects, with kube-apiserver's field paths and wording (shared reference
 resource-api-validation.md §1, §2, §4, §5, §13), what a node plugin could plausibly get
 wrong: a ResourceSlice's required fields, node selection, device count, device names,
-attribute shape, immutable fields; a ResourceClaim's ``status.devices[]`` entries
-(allocated device, uniqueness, conditions, data, networkData) and the immutable
-``status.allocation``. Everything else is accepted as sent.
+attribute shape, semver versions and list attributes, capacity request policies, taints
+(key, value, effect enum), counter consumption (with compatibilityGroups),
+nodeAllocatableResources, partitionTypeAttribute, skipNodeOperations, immutable fields; a
+ResourceClaim's ``status.devices[]`` entries (allocated device, uniqueness, conditions, data,
+networkData) and the immutable ``status.allocation``. The rules that drakit's own validator
+(:mod:`plugin.slices.rules`) already writes from the same upstream sources are reused, not
+written twice; tests/real/test_real_differential.py holds both to kube-apiserver 1.37.2's
+answers. Everything else is accepted as sent.
 """
 
 from __future__ import annotations
