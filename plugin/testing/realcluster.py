@@ -591,6 +591,17 @@ class RealAPIServer:
                            status.get("details") or {}) from None
         return json.loads(raw) if raw else None
 
+    def request_text(self, path: str, *, token: str | None = None) -> str:
+        """GET a non-JSON path (``/metrics``, ``/readyz?verbose``) as ``token`` (default
+        admin); the body as text. Raises :class:`ApiError` on a non-2xx answer."""
+        req = urllib.request.Request(self.url + path)
+        req.add_header("Authorization", f"Bearer {token or self.admin_token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self._ssl) as r:
+                return str(r.read().decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, "", e.read().decode(errors="replace")) from None
+
     def _path(self, resource: str, namespace: str = "", name: str = "",
               version: str | None = None) -> str:
         if resource in _CORE:
