@@ -234,8 +234,8 @@ class NodeAllocatableOverhead(_APIModel):
 
 
 class NodeAllocatableResource(_APIModel):
-    """One ``devices[i].nodeAllocatableResources`` entry (Kubernetes 1.36+, gate
-    DRANodeAllocatableResources, alpha): at least one of ``mapping`` and ``overhead``. The
+    """One ``devices[i].nodeAllocatableResources`` entry (Kubernetes 1.37, gate
+    DRANodeAllocatableResources, alpha; 1.36 had ``nodeAllocatableResourceMappings``): at least one of ``mapping`` and ``overhead``. The
     map key is a node-allocatable resource name: ``cpu``, ``memory`` or ``hugepages-<size>``.
     """
 

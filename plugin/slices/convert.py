@@ -141,8 +141,9 @@ NEW_SLICE_FIELDS: Final = (
              "DRAPartitionableDevicesType", "1.37"),
     NewField("spec.skipNodeOperations", "ResourceSliceSpec", "skipNodeOperations",
              "DRAOptionalNodeOperations", "1.37"),
+    # (1.36 had the alpha field under another name, nodeAllocatableResourceMappings)
     NewField("spec.devices[].nodeAllocatableResources", "Device", "nodeAllocatableResources",
-             "DRANodeAllocatableResources", "1.36"),
+             "DRANodeAllocatableResources", "1.37"),
     NewField("spec.devices[].consumesCounters[].compatibilityGroups",
              "DeviceCounterConsumption", "compatibilityGroups", "DRADeviceCompatibilityGroups",
              "1.37"),

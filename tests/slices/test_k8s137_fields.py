@@ -215,7 +215,7 @@ def test_drop_unserved_fields() -> None:
         "spec.skipNodeOperations: not served by this API server (Kubernetes 1.37+, feature "
         "gate DRAOptionalNodeOperations); left out",
         "spec.devices[0].nodeAllocatableResources: not served by this API server (Kubernetes "
-        "1.36+, feature gate DRANodeAllocatableResources); left out",
+        "1.37+, feature gate DRANodeAllocatableResources); left out",
         "spec.devices[0].consumesCounters[0].compatibilityGroups: not served by this API "
         "server (Kubernetes 1.37+, feature gate DRADeviceCompatibilityGroups); left out",
         "spec.devices[0].attributes[numa]: not served by this API server (Kubernetes 1.36+, "
