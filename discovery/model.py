@@ -235,8 +235,11 @@ class NodeAllocatableOverhead(_APIModel):
 
 class NodeAllocatableResource(_APIModel):
     """One ``devices[i].nodeAllocatableResources`` entry (Kubernetes 1.37, gate
-    DRANodeAllocatableResources, alpha; 1.36 had ``nodeAllocatableResourceMappings``): at least one of ``mapping`` and ``overhead``. The
-    map key is a node-allocatable resource name: ``cpu``, ``memory`` or ``hugepages-<size>``.
+    DRANodeAllocatableResources, alpha; 1.36 had ``nodeAllocatableResourceMappings``): at
+    least one of ``mapping`` and ``overhead``. The map key is a node-allocatable resource
+    name: ``cpu``, ``memory`` or ``hugepages-<size>``. kube-apiserver's NodeDeclaredFeatures
+    admission refuses (403) a slice with such a device unless its Node lists
+    ``DRANodeAllocatableResources`` in ``status.declaredFeatures``.
     """
 
     mapping: NodeAllocatableMapping | None = None
