@@ -100,6 +100,28 @@ def version(value: str) -> DeviceAttribute:
     return DeviceAttribute(version=value)
 
 
+def versions(*values: str) -> DeviceAttribute:
+    """A list of semver values (``DeviceAttribute.versions``, Kubernetes 1.36+ gate
+    DRAListTypeAttributes), e.g. ``versions("12.4.0", "13.0.0")``. Non-empty."""
+    return DeviceAttribute(versions=list(values))
+
+
+def list_attribute(values: list[int] | list[bool] | list[str]) -> DeviceAttribute:
+    """A list-typed attribute (``ints``, ``bools`` or ``strings`` by the element type;
+    DRAListTypeAttributes): e.g. ``list_attribute([0, 1])`` for the NUMA nodes a device
+    spans. Use :func:`versions` for semver lists. Raises TypeError for mixed or other
+    element types and ValueError for an empty list (the API requires a non-empty list)."""
+    if not values:
+        raise ValueError("a list attribute must not be empty")
+    if all(isinstance(v, bool) for v in values):
+        return DeviceAttribute(bools=list(values))  # type: ignore[arg-type]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return DeviceAttribute(ints=list(values))  # type: ignore[arg-type]
+    if all(isinstance(v, str) for v in values):
+        return DeviceAttribute(strings=list(values))  # type: ignore[arg-type]
+    raise TypeError(f"list attribute values must all be int, bool or str: {values!r}")
+
+
 class ValidRange(_APIModel):
     """``requestPolicy.validRange``: quantities as strings (``"1Gi"``)."""
 
@@ -167,12 +189,61 @@ class CounterSet(_APIModel):
 
 
 class DeviceCounterConsumption(_APIModel):
-    """``spec.devices[i].consumesCounters[j]``: what a device takes from a counter set."""
+    """``spec.devices[i].consumesCounters[j]``: what a device takes from a counter set.
+
+    ``compatibility_groups`` (Kubernetes 1.37, gate DRADeviceCompatibilityGroups, alpha): at
+    most 2 unique DNS labels; devices consuming from the same counter set are only
+    allocated together when they share a group (none set: only with devices that set none).
+    """
 
     counter_set: str
     counters: dict[str, Counter]
+    compatibility_groups: list[str] | None = None
 
     _wrap = field_validator("counters", mode="before")(CounterSet._wrap.__func__)  # type: ignore[attr-defined]
+
+
+def _quantity_text(v: Any) -> Any:
+    return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+class NodeAllocatableMapping(_APIModel):
+    """``nodeAllocatableResources[r].mapping``: how an allocation of the device counts
+    against a node resource. Either ``capacity_key`` (a key of the device's ``capacity``)
+    with ``capacity_multiplier`` (consumed capacity times the multiplier), or ``device_multiplier``
+    (allocated devices times the multiplier). Multipliers are quantities > 0."""
+
+    capacity_key: str | None = None
+    capacity_multiplier: str | None = None
+    device_multiplier: str | None = None
+
+    _text = field_validator("capacity_multiplier", "device_multiplier",
+                            mode="before")(lambda cls, v: _quantity_text(v))
+
+
+class NodeAllocatableOverhead(_APIModel):
+    """``nodeAllocatableResources[r].overhead``: node resource used besides the device
+    itself, ``per_pod`` once per pod and/or ``per_container`` per referencing container
+    (quantities ≥ 0)."""
+
+    per_pod: str | None = None
+    per_container: str | None = None
+
+    _text = field_validator("per_pod", "per_container",
+                            mode="before")(lambda cls, v: _quantity_text(v))
+
+
+class NodeAllocatableResource(_APIModel):
+    """One ``devices[i].nodeAllocatableResources`` entry (Kubernetes 1.37, gate
+    DRANodeAllocatableResources, alpha; 1.36 had ``nodeAllocatableResourceMappings``): at
+    least one of ``mapping`` and ``overhead``. The map key is a node-allocatable resource
+    name: ``cpu``, ``memory`` or ``hugepages-<size>``. kube-apiserver's NodeDeclaredFeatures
+    admission refuses (403) a slice with such a device unless its Node lists
+    ``DRANodeAllocatableResources`` in ``status.declaredFeatures``.
+    """
+
+    mapping: NodeAllocatableMapping | None = None
+    overhead: NodeAllocatableOverhead | None = None
 
 
 class DeviceTaint(_APIModel):
@@ -206,6 +277,7 @@ class Device(_APIModel):
     node_name: str | None = None
     node_selector: dict[str, Any] | None = None
     all_nodes: bool | None = None
+    node_allocatable_resources: dict[str, NodeAllocatableResource] | None = None
     # node-local, never published
     device_nodes: list[str] = Field(default_factory=list, exclude=True)
     env: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -243,6 +315,15 @@ class Pool(BaseModel):
     ``name`` is the pool name (DNS subdomains joined by ``/``, ≤ 253). By default a pool is
     node-local (``spec.nodeName`` = this node). Set exactly one of ``node_selector``,
     ``all_nodes`` or ``per_device_node_selection`` for a pool that is not node-local.
+
+    Kubernetes 1.37 (alpha gates), copied into every slice of the pool:
+    ``partition_type_attribute`` (``spec.partitionTypeAttribute``, gate
+    DRAPartitionableDevicesType) names a string attribute, fully qualified
+    (``<driver>/profile``), that every device consuming counters carries: its partition
+    type. ``skip_node_operations`` (``spec.skipNodeOperations``, gate
+    DRAOptionalNodeOperations): ``NodePrepareResources`` (only with
+    ``NodeUnprepareResources``), ``NodeUnprepareResources`` or ``*``: the kubelet skips
+    those gRPC calls for claims whose devices all come from such slices.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -253,6 +334,8 @@ class Pool(BaseModel):
     node_selector: dict[str, Any] | None = None
     all_nodes: bool | None = None
     per_device_node_selection: bool | None = None
+    partition_type_attribute: str | None = None
+    skip_node_operations: list[str] | None = None
 
 
 HealthState = Literal["Healthy", "Unhealthy", "Unknown"]

@@ -321,6 +321,8 @@ class ResourceAPI:
         self._headers_cache: _Headers | None = None
         self._apply_queries: dict[str, str] = {}
         self._pool: tuple[str, Any, urllib3.HTTPConnectionPool, str] | None = None
+        self._new_fields: frozenset[str] | None = None
+        self._warned_fields: set[str] = set()
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -490,6 +492,34 @@ class ResourceAPI:
         raise ResourceAPIUnavailable(
             f"the API server serves {GROUP} versions {served}, none of {list(self._preference)}")
 
+    def served_new_fields(self) -> frozenset[str]:
+        """Which of the slice fields newer than Kubernetes 1.34 (``convert.NEW_SLICE_FIELDS``)
+        the server declares, read once from its OpenAPI v3 document of the version in use
+        (``convert.served_new_fields`` decides when there is none)."""
+        if self._new_fields is None:
+            version = self.version
+            try:
+                doc: dict[str, Any] | None = self._json(
+                    "GET", f"/openapi/v3/apis/{GROUP}/{version}")
+            except Exception as exc:  # any failure: decide by version (documented fallback)
+                log.info("no OpenAPI v3 document for %s/%s (%s); assuming the fields of %s",
+                         GROUP, version, describe(exc), version)
+                doc = None
+            self._new_fields = convert.served_new_fields(doc, version)
+        return self._new_fields
+
+    def _served_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` without the fields the server does not serve, each named once in a
+        warning (they would be refused or silently lost)."""
+        out, dropped = convert.drop_unserved_fields(obj, self.served_new_fields())
+        name = (obj.get("metadata") or {}).get("name") or "(new)"
+        for message in dropped:
+            field_name = convert.unserved_field_key(message)
+            if field_name not in self._warned_fields:
+                self._warned_fields.add(field_name)
+                log.warning("ResourceSlice %s: %s", name, message)
+        return out
+
     # -- claims -------------------------------------------------------------------------------
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
@@ -568,7 +598,7 @@ class ResourceAPI:
         """Create a ResourceSlice from its v1 shape (``metadata.generateName`` allowed)."""
         version = self.version
         out = self._json("POST", self._path(version, SLICES),
-                         body=convert.slice_to_version(obj, version))
+                         body=convert.slice_to_version(self._served_slice(obj), version))
         return convert.slice_from_version(out, version)
 
     def update_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -577,7 +607,7 @@ class ResourceAPI:
         version = self.version
         name = obj["metadata"]["name"]
         out = self._json("PUT", self._path(version, SLICES, name),
-                         body=convert.slice_to_version(obj, version))
+                         body=convert.slice_to_version(self._served_slice(obj), version))
         return convert.slice_from_version(out, version)
 
     def delete_slice(self, name: str, *, uid: str | None = None,

@@ -22,6 +22,16 @@ options; with neither, the demo file shipped next to this module
           - {profile: 1g-10gb, count: 4, counters: {memory: 10Gi, compute: 14}}
     generate: {count: 10000, prefix: fake}    # fake-0 … fake-9999 (index, uuid attributes)
 
+Kubernetes 1.37 fields (alpha feature gates; drakit leaves them out, with a warning, on a
+server that does not serve them): ``nodeAllocatableResources`` on a plain device (``{memory:
+{mapping: {capacityKey: memory, capacityMultiplier: "1"}, overhead: {perPod: 64Mi}}}``),
+``compatibilityGroups`` on a partition profile, and at the top level
+``partitionTypeAttribute: true`` (every device that consumes counters carries its partition
+type as the string attribute ``profile``, the whole device ``whole``; the slices name
+``<driver>/profile``) and ``skipNodeOperations: [NodeUnprepareResources]``. The shipped
+``example-devices-k8s137.yaml`` (:data:`DEMO_FILE_K8S_137`) shows them, plus list-typed
+attributes (``{ints: [0, 1]}``, ``{versions: [12.4.0, 13.0.0]}``).
+
 Partitionable devices follow resource.k8s.io/v1 partitionable devices (KEP-4815): the
 physical device's counter set ``<name>-counters`` goes to ``spec.sharedCounters``; the
 whole device and each partition ``<name>-<profile>-<i>`` consume from it
@@ -55,6 +65,7 @@ from discovery.model import (
     Device,
     DeviceCounterConsumption,
     DeviceTaint,
+    NodeAllocatableResource,
     Pool,
 )
 from discovery.names import dns_label, qualified_name
@@ -68,6 +79,8 @@ from discovery.plugin import (
 
 DEMO_FILE = Path(__file__).with_name("example-devices.yaml")
 """The demo inventory shipped with drakit."""
+DEMO_FILE_K8S_137 = Path(__file__).with_name("example-devices-k8s137.yaml")
+"""A demo inventory with the Kubernetes 1.37 fields (alpha gates on the cluster)."""
 MAX_GENERATED = 100_000
 """Upper bound of ``generate.count``."""
 
@@ -144,6 +157,7 @@ class DeviceSpec(_DeviceCommon):
     name: str
     allow_multiple_allocations: bool | None = None
     taints: list[DeviceTaint] | None = None
+    node_allocatable_resources: dict[str, NodeAllocatableResource] | None = None
 
 
 class PartitionSpec(_Strict):
@@ -154,6 +168,7 @@ class PartitionSpec(_Strict):
     counters: dict[str, str | int]
     attributes: dict[str, Any] = Field(default_factory=dict)
     capacity: dict[str, Any] | None = None
+    compatibility_groups: list[str] | None = None
 
 
 class PartitionableSpec(_DeviceCommon):
@@ -180,6 +195,8 @@ class Inventory(_Strict):
     devices: list[DeviceSpec] = Field(default_factory=list)
     partitionable: list[PartitionableSpec] = Field(default_factory=list)
     generate: GenerateSpec | None = None
+    partition_type_attribute: bool | None = None
+    skip_node_operations: list[str] | None = None
 
 
 class ExampleOptions(Inventory):
@@ -255,6 +272,9 @@ class ExampleDiscovery(DiscoveryPlugin):
             devices=[*f.devices, *o.devices],
             partitionable=[*f.partitionable, *o.partitionable],
             generate=o.generate or f.generate,
+            partition_type_attribute=o.partition_type_attribute
+            if o.partition_type_attribute is not None else f.partition_type_attribute,
+            skip_node_operations=o.skip_node_operations or f.skip_node_operations,
         )
 
     def discover(self) -> list[Pool]:
@@ -267,9 +287,10 @@ class ExampleDiscovery(DiscoveryPlugin):
         counter_sets: list[CounterSet] = []
         for spec in inv.devices:
             self._guard(spec.name, lambda s=spec: devices.append(self._plain(s, nodes)))
+        typed = inv.partition_type_attribute is True
         for pspec in inv.partitionable:
-            self._guard(pspec.name,
-                        lambda s=pspec: self._partitionable(s, nodes, devices, counter_sets))
+            self._guard(pspec.name, lambda s=pspec: self._partitionable(
+                s, nodes, devices, counter_sets, typed))
         if inv.generate is not None:
             self._guard(inv.generate.prefix,
                         lambda g=inv.generate: self._generate(g, nodes, devices))
@@ -283,7 +304,10 @@ class ExampleDiscovery(DiscoveryPlugin):
             unique.append(d)
         self._nodes = nodes
         pool = inv.pool or self.context.default_pool
-        return [Pool(name=pool, devices=unique, counter_sets=counter_sets)]
+        return [Pool(name=pool, devices=unique, counter_sets=counter_sets,
+                     partition_type_attribute=f"{self.context.driver_name}/profile"
+                     if typed else None,
+                     skip_node_operations=inv.skip_node_operations)]
 
     @staticmethod
     def _guard(what: str, fn: Any) -> None:
@@ -340,11 +364,15 @@ class ExampleDiscovery(DiscoveryPlugin):
         extra = {"name": spec.name} if name != spec.name else None
         return Device(**self._common(spec, name, nodes, extra),
                       allow_multiple_allocations=spec.allow_multiple_allocations,
-                      taints=spec.taints)
+                      taints=spec.taints,
+                      node_allocatable_resources=spec.node_allocatable_resources)
 
     def _partitionable(self, spec: PartitionableSpec, nodes: dict[str, list[DeviceNode]],
-                       devices: list[Device], counter_sets: list[CounterSet]) -> None:
-        """Add the counter set and devices of one physical device, all or nothing."""
+                       devices: list[Device], counter_sets: list[CounterSet],
+                       typed: bool = False) -> None:
+        """Add the counter set and devices of one physical device, all or nothing. ``typed``:
+        the whole device carries ``profile: whole`` (the pool names ``profile`` as its
+        partitionTypeAttribute, which every counter-consuming device must carry)."""
         name = self._name(spec.name)
         set_name = dns_label(f"{name}-counters")
         counters = {dns_label(k): Counter(value=str(v)) for k, v in spec.counters.items()}
@@ -352,7 +380,8 @@ class ExampleDiscovery(DiscoveryPlugin):
         my_nodes: dict[str, list[DeviceNode]] = {}
         if spec.whole:
             mine.append(Device(
-                **self._common(spec, name, my_nodes, {"partition": False},
+                **self._common(spec, name, my_nodes,
+                               {"partition": False, **({"profile": "whole"} if typed else {})},
                                capacity=spec.capacity or _values(counters)),
                 consumes_counters=[DeviceCounterConsumption(counter_set=set_name,
                                                             counters=counters)],
@@ -372,8 +401,9 @@ class ExampleDiscovery(DiscoveryPlugin):
                     **self._common(spec, pname, my_nodes, extra,
                                    capacity=part.capacity if part.capacity is not None
                                    else _values(part_counters)),
-                    consumes_counters=[DeviceCounterConsumption(counter_set=set_name,
-                                                                counters=part_counters)],
+                    consumes_counters=[DeviceCounterConsumption(
+                        counter_set=set_name, counters=part_counters,
+                        compatibility_groups=part.compatibility_groups)],
                 ))
         counter_sets.append(CounterSet(name=set_name, counters=counters))
         devices.extend(mine)

@@ -92,6 +92,12 @@ def _device(device: Any, norm: _Quantities) -> Any:
     if isinstance(d.get("taints"), list):
         d["taints"] = [{k: v for k, v in t.items() if k != "timeAdded"}
                        if isinstance(t, dict) else t for t in d["taints"]]
+    if isinstance(d.get("nodeAllocatableResources"), dict):
+        d["nodeAllocatableResources"] = {
+            r: {part: {k: norm(v) if k != "capacityKey" and v is not None else v
+                       for k, v in fields.items()} if isinstance(fields, dict) else fields
+                for part, fields in entry.items()} if isinstance(entry, dict) else entry
+            for r, entry in d["nodeAllocatableResources"].items()}
     return d
 
 

@@ -19,6 +19,8 @@ with the input (copy it before mutating it).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 GROUP: Final = "resource.k8s.io"
@@ -114,3 +116,128 @@ def claim_to_version(obj: dict[str, Any], version: str) -> dict[str, Any]:
     _check(version)
     return _with_requests(obj, api_version(version),
                           _request_to_v1beta1 if version == "v1beta1" else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# fields newer than the server
+
+
+@dataclass(frozen=True)
+class NewField:
+    """A ResourceSlice field newer than resource.k8s.io/v1 of Kubernetes 1.34: ``name`` as
+    written in messages, the ``definition`` (suffix after ``io.k8s.api.resource.<version>.``)
+    and ``property`` that declare it in the server's OpenAPI, its feature ``gate`` and the
+    Kubernetes version that added it."""
+
+    name: str
+    definition: str
+    property: str
+    gate: str
+    since: str
+
+
+NEW_SLICE_FIELDS: Final = (
+    NewField("spec.partitionTypeAttribute", "ResourceSliceSpec", "partitionTypeAttribute",
+             "DRAPartitionableDevicesType", "1.37"),
+    NewField("spec.skipNodeOperations", "ResourceSliceSpec", "skipNodeOperations",
+             "DRAOptionalNodeOperations", "1.37"),
+    # (1.36 had the alpha field under another name, nodeAllocatableResourceMappings)
+    NewField("spec.devices[].nodeAllocatableResources", "Device", "nodeAllocatableResources",
+             "DRANodeAllocatableResources", "1.37"),
+    NewField("spec.devices[].consumesCounters[].compatibilityGroups",
+             "DeviceCounterConsumption", "compatibilityGroups", "DRADeviceCompatibilityGroups",
+             "1.37"),
+    NewField("spec.devices[].attributes[].ints|bools|strings|versions", "DeviceAttribute",
+             "ints", "DRAListTypeAttributes", "1.36"),
+)
+"""Every field of :data:`NEW_SLICE_FIELDS` is dropped (with a message) before a write to a
+server whose schema lacks it."""
+
+
+def served_new_fields(openapi_v3: dict[str, Any] | None, version: str) -> frozenset[str]:
+    """Names of the :data:`NEW_SLICE_FIELDS` the server declares for ``version``, from its
+    ``/openapi/v3/apis/resource.k8s.io/<version>`` document. Without a document (the server
+    serves no OpenAPI, or it could not be read): all of them for v1, none for v1beta1 and
+    v1beta2 (servers that serve only those predate the fields; a 1.37 server that serves
+    v1 is asked in v1)."""
+    _check(version)
+    if openapi_v3 is None:
+        return frozenset(f.name for f in NEW_SLICE_FIELDS) if version == "v1" else frozenset()
+    schemas = (openapi_v3.get("components") or {}).get("schemas") or {}
+    served = set()
+    for f in NEW_SLICE_FIELDS:
+        definition = f.definition
+        if version == "v1beta1" and definition == "Device":
+            definition = "BasicDevice"
+        props = (schemas.get(f"io.k8s.api.resource.{version}.{definition}") or {}).get(
+            "properties") or {}
+        if f.property in props:
+            served.add(f.name)
+    return frozenset(served)
+
+
+def drop_unserved_fields(obj: dict[str, Any], served: frozenset[str]
+                         ) -> tuple[dict[str, Any], list[str]]:
+    """A v1-shaped ResourceSlice without the :data:`NEW_SLICE_FIELDS` not in ``served``, and
+    one message per field dropped (``spec.devices[3].nodeAllocatableResources: not served
+    by this API server (Kubernetes 1.36+, feature gate DRANodeAllocatableResources)``).
+    The input is not changed; an object without such fields is returned as is."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or len(served) == len(NEW_SLICE_FIELDS):
+        return obj, []
+    names = {f.name: f for f in NEW_SLICE_FIELDS if f.name not in served}
+    dropped: list[str] = []
+
+    def note(path: str, f: NewField) -> None:
+        dropped.append(f"{path}: not served by this API server (Kubernetes {f.since}+, "
+                       f"feature gate {f.gate}); left out")
+
+    out_spec = dict(spec)
+    for f in NEW_SLICE_FIELDS[:2]:
+        if f.name in names and out_spec.get(f.property) is not None:
+            del out_spec[f.property]
+            note(f.name, f)
+    nar, groups, lists = (names.get(NEW_SLICE_FIELDS[i].name) for i in (2, 3, 4))
+    devices = spec.get("devices")
+    if isinstance(devices, list) and (nar or groups or lists):
+        new_devices = []
+        for i, device in enumerate(devices):
+            if not isinstance(device, dict):
+                new_devices.append(device)
+                continue
+            d = dict(device)
+            path = f"spec.devices[{i}]"
+            if nar and d.get("nodeAllocatableResources") is not None:
+                del d["nodeAllocatableResources"]
+                note(f"{path}.nodeAllocatableResources", nar)
+            if groups and isinstance(d.get("consumesCounters"), list):
+                consumes = []
+                for j, c in enumerate(d["consumesCounters"]):
+                    if isinstance(c, dict) and c.get("compatibilityGroups") is not None:
+                        c = {k: v for k, v in c.items() if k != "compatibilityGroups"}
+                        note(f"{path}.consumesCounters[{j}].compatibilityGroups", groups)
+                    consumes.append(c)
+                d["consumesCounters"] = consumes
+            if lists and isinstance(d.get("attributes"), dict):
+                kept = {}
+                for key, attr in d["attributes"].items():
+                    if isinstance(attr, dict) and any(attr.get(m) is not None for m in (
+                            "ints", "bools", "strings", "versions")):
+                        note(f"{path}.attributes[{key}]", lists)
+                        continue
+                    kept[key] = attr
+                if kept:
+                    d["attributes"] = kept
+                else:
+                    d.pop("attributes", None)
+            new_devices.append(d)
+        out_spec["devices"] = new_devices
+    if not dropped:
+        return obj, []
+    return {**obj, "spec": out_spec}, dropped
+
+
+def unserved_field_key(message: str) -> str:
+    """The field a :func:`drop_unserved_fields` message is about, without indexes and keys
+    (``spec.devices[].attributes[]``): to report each field once, not once per device."""
+    return re.sub(r"\[[^\]]*\]", "[]", message.split(": ", 1)[0])

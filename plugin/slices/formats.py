@@ -216,3 +216,32 @@ def semver(value: str, path: str) -> list[FieldError]:
     if nbytes(value) > ATTRIBUTE_VALUE_MAX:
         errs.append(fe.too_long(path, ATTRIBUTE_VALUE_MAX))
     return errs
+
+
+def fully_qualified_name(value: str, path: str) -> list[FieldError]:
+    """``spec.partitionTypeAttribute`` (declarative format
+    ``k8s-resource-fully-qualified-name``): ``<domain>/<C identifier>``; the domain is a
+    lowercase DNS subdomain of ≤ 63 bytes, the name a C identifier of ≤ 32 bytes."""
+    parts = value.split("/")
+    errs: list[FieldError] = []
+    if len(parts) == 1:
+        errs.extend(c_identifier(value, path))
+    elif len(parts) == 2:
+        domain, ident = parts
+        if not domain:
+            errs.append(fe.invalid(path, "", "prefix must not be empty"))
+        else:
+            if nbytes(domain) > DRIVER_NAME_MAX:
+                errs.append(fe.too_long(path, DRIVER_NAME_MAX))
+            if nbytes(domain) > DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.fullmatch(domain):
+                errs.append(fe.invalid(path, domain, "prefix: " + DNS_SUBDOMAIN_MSG))
+        if not ident:
+            errs.append(fe.invalid(path, "", "name must not be empty"))
+        else:
+            errs.extend(c_identifier(ident, path))
+    else:
+        errs.append(fe.invalid(path, value, "must not contain more than one slash"))
+    if "/" not in value:
+        errs.append(fe.invalid(path, value, "a fully qualified name must be a domain and a name "
+                                            "separated by a slash"))
+    return errs

@@ -33,6 +33,8 @@ MAX_CONSUMPTIONS_PER_DEVICE: Final = 2
 MAX_COUNTERS_PER_CONSUMPTION: Final = 32
 MAX_BINDING_CONDITIONS: Final = 4
 MAX_VALID_VALUES: Final = 10
+MAX_COMPATIBILITY_GROUPS: Final = 2
+SKIP_NODE_OPERATIONS: Final = ("NodePrepareResources", "NodeUnprepareResources", "*")
 QUALIFIED_NAME_PATH_MAX: Final = 63 + 1 + 32
 COUNTER_KEY_PATH_MAX: Final = 63
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute", "None")
@@ -41,6 +43,9 @@ LIST_ATTRIBUTE_MEMBERS: Final = ("ints", "bools", "strings", "versions")
 ATTRIBUTE_MEMBERS: Final = ("int", "bool", "string", "version", *LIST_ATTRIBUTE_MEMBERS)
 _ATTRIBUTE_MEMBER_SET: Final = frozenset(ATTRIBUTE_MEMBERS)
 INT64_MIN: Final = -(2**63)
+UNION_DV_DETAIL: Final = ("must specify one of: `int`, `bool`, `string`, `version`, `ints`, "
+                          "`bools`, `strings`, `versions`")
+"""The declarative union error of DeviceAttribute (kube-apiserver 1.37)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,9 @@ def validate_attribute(key: str, attr: Any, map_path: str) -> list[FieldError]:
                 errs.append(fe.invalid(ipath, v, "must be a 64-bit signed integer"))
             elif m == "bools" and not isinstance(v, bool):
                 errs.append(fe.invalid(ipath, v, "must be a boolean"))
+    if present and all(isinstance(attr[m], list) and not attr[m] for m in present):
+        # declarative union validation (1.37) counts an empty list as unset
+        errs.append(fe.invalid(path, "", UNION_DV_DETAIL))
     if not present:
         errs.append(fe.invalid(path, "", "exactly one value must be specified"))
     elif len(present) > 1:
@@ -402,6 +410,163 @@ def validate_consumes_counters(items: Any, path: str,
             seen.add(cs)
         errs.extend(validate_counters(item.get("counters"), fe.child(ipath, "counters"), opts,
                                       MAX_COUNTERS_PER_CONSUMPTION))
+        if item.get("compatibilityGroups") is not None:
+            errs.extend(validate_compatibility_groups(item["compatibilityGroups"],
+                                                      fe.child(ipath, "compatibilityGroups")))
+    return errs
+
+
+def validate_compatibility_groups(groups: Any, path: str) -> list[FieldError]:
+    """``consumesCounters[j].compatibilityGroups`` (DRADeviceCompatibilityGroups, 1.37): at
+    most 2 names, unique, each a DNS label (declarative maxItems, unique=set,
+    format=k8s-short-name in k8s.io/api resource/v1 types.go)."""
+    if not isinstance(groups, list):
+        return [fe.invalid(path, groups, "must be a list")]
+    if len(groups) > MAX_COMPATIBILITY_GROUPS:
+        return [fe.too_many(path, len(groups), MAX_COMPATIBILITY_GROUPS)]
+    errs: list[FieldError] = []
+    seen: set[Any] = set()
+    for j, group in enumerate(groups):
+        if not isinstance(group, str):
+            errs.append(fe.invalid(fe.index(path, j), group, "must be a string"))
+            continue
+        errs.extend(formats.dns_label(group, fe.index(path, j)))
+        if group in seen:
+            errs.append(fe.duplicate(fe.index(path, j), group))
+        seen.add(group)
+    return errs
+
+
+# ---------------------------------------------------------------------------------------------
+# node allocatable resources (DRANodeAllocatableResources)
+
+def is_node_allocatable_resource_name(name: str) -> bool:
+    """``cpu``, ``memory`` or ``hugepages-<size>`` (core helper
+    IsNodeAllocatableResourceName; not ephemeral-storage, not extended resources)."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def _positive_quantity(raw: Any, path: str, detail: str, strict: bool,
+                       errs: list[FieldError]) -> None:
+    q = _quantity(raw, path, errs)
+    if q is not None and (q.value <= 0 if strict else q.value < 0):
+        errs.append(fe.invalid(path, str(q), detail))
+
+
+def validate_node_allocatable_resources(resources: Any, capacity: Any,
+                                        path: str) -> list[FieldError]:
+    """``devices[i].nodeAllocatableResources`` (1.36+ alpha): node resource name → ``mapping``
+    and/or ``overhead``. mapping: ``capacityKey`` (a key of this device's ``capacity``) and
+    ``capacityMultiplier`` (> 0) together, or ``deviceMultiplier`` (> 0); overhead: ``perPod``
+    and/or ``perContainer`` (≥ 0). Wording from validateNodeAllocatableResources in
+    pkg/apis/resource/validation (Kubernetes 1.37)."""
+    if not isinstance(resources, dict):
+        return [fe.invalid(path, resources, "must be a map")]
+    caps = capacity if isinstance(capacity, dict) else {}
+    errs: list[FieldError] = []
+    for name in sorted(resources):
+        entry = resources[name]
+        kpath = f"{path}[{name}]"
+        if not is_node_allocatable_resource_name(name):
+            errs.append(fe.invalid(kpath, name, "must be a node allocatable resource name"))
+        entry = entry if isinstance(entry, dict) else {}
+        mapping, overhead = entry.get("mapping"), entry.get("overhead")
+        if mapping is None and overhead is None:
+            errs.append(fe.required(kpath, "at least one of mapping or overhead must be set"))
+        if isinstance(mapping, dict):
+            mpath = fe.child(kpath, "mapping")
+            key = mapping.get("capacityKey")
+            multiplier = mapping.get("capacityMultiplier")
+            if key is not None:
+                if key == "":
+                    errs.append(fe.invalid(fe.child(mpath, "capacityKey"), "",
+                                           "capacityKey must not be an empty string"))
+                elif key not in caps:
+                    errs.append(FieldError(fe.NOT_FOUND, fe.child(mpath, "capacityKey"), key))
+                if multiplier is None:
+                    errs.append(fe.required(fe.child(mpath, "capacityMultiplier"),
+                                            "capacityMultiplier is required when capacityKey "
+                                            "is set"))
+                else:
+                    _positive_quantity(multiplier, fe.child(mpath, "capacityMultiplier"),
+                                       "must be positive", True, errs)
+            if mapping.get("deviceMultiplier") is not None:
+                _positive_quantity(mapping["deviceMultiplier"],
+                                   fe.child(mpath, "deviceMultiplier"), "must be positive",
+                                   True, errs)
+            if multiplier is not None and key is None:
+                errs.append(fe.required(fe.child(mpath, "capacityKey"),
+                                        "capacityKey is required when capacityMultiplier is set"))
+        if isinstance(overhead, dict):
+            opath = fe.child(kpath, "overhead")
+            if overhead.get("perPod") is None and overhead.get("perContainer") is None:
+                errs.append(fe.invalid(opath, "", "at least one of perPod or perContainer must "
+                                                  "be set"))
+                continue
+            for part in ("perPod", "perContainer"):
+                if overhead.get(part) is not None:
+                    _positive_quantity(overhead[part], fe.child(opath, part),
+                                       "must be non-negative", False, errs)
+    return errs
+
+
+# ---------------------------------------------------------------------------------------------
+# slice-level 1.37 fields
+
+def validate_partition_type_attribute(spec: dict[str, Any],
+                                      device_path: str | None = None) -> list[FieldError]:
+    """``spec.partitionTypeAttribute`` (DRAPartitionableDevicesType, 1.37 alpha): a fully
+    qualified name, only on a slice whose devices consume counters, and every such device
+    carries it as a string attribute (bare in the driver's own domain, or fully qualified;
+    the fully qualified spelling wins). ``device_path`` names the one device of ``spec``
+    being checked when it is not ``spec.devices[0]`` (a pool's device before splitting)."""
+    name = spec["partitionTypeAttribute"]
+    path = "spec.partitionTypeAttribute"
+    if not isinstance(name, str):
+        return [fe.invalid(path, name, "must be a string")]
+    devices = [d for d in spec.get("devices") or [] if isinstance(d, dict)]
+    if not any(d.get("consumesCounters") for d in devices):
+        return [fe.invalid(path, name, "may only be set on a slice which declares devices "
+                                       "that consume counters")]
+    errs = formats.fully_qualified_name(name, path)
+    if errs:
+        return errs
+    driver = spec.get("driver") or ""
+    bare = name[len(driver) + 1:] if name.startswith(driver + "/") else ""
+    for i, device in enumerate(spec.get("devices") or []):
+        if not isinstance(device, dict) or not device.get("consumesCounters"):
+            continue
+        attrs = device.get("attributes") or {}
+        apath = f"{device_path or f'spec.devices[{i}]'}.attributes[{name}]"
+        attr = attrs.get(name, attrs.get(bare) if bare else None)
+        if attr is None:
+            errs.append(fe.required(apath, "device consumes counters and "
+                                           "`partitionTypeAttribute` names this attribute, so "
+                                           "it must be set"))
+        elif not isinstance(attr, dict) or attr.get("string") is None:
+            errs.append(fe.invalid(apath, attr, "must be a string value because "
+                                                "`partitionTypeAttribute` names this attribute"))
+    return errs
+
+
+def validate_skip_node_operations(ops: Any, path: str = "spec.skipNodeOperations"
+                                  ) -> list[FieldError]:
+    """``spec.skipNodeOperations`` (DRAOptionalNodeOperations, 1.37 alpha): a set of
+    ``NodePrepareResources``, ``NodeUnprepareResources``, ``*``; skipping prepare needs
+    unprepare (or ``*``) skipped too."""
+    if not isinstance(ops, list):
+        return [fe.invalid(path, ops, "must be a list")]
+    errs: list[FieldError] = []
+    seen: set[Any] = set()
+    for j, op in enumerate(ops):
+        if op not in SKIP_NODE_OPERATIONS:
+            errs.append(fe.not_supported(fe.index(path, j), op, list(SKIP_NODE_OPERATIONS)))
+        elif op in seen:
+            errs.append(fe.duplicate(fe.index(path, j), op))
+        seen.add(op)
+    if "NodePrepareResources" in seen and not seen & {"NodeUnprepareResources", "*"}:
+        errs.append(fe.invalid(path, ops, "NodePrepareResources cannot be skipped unless "
+                                          "NodeUnprepareResources is also skipped"))
     return errs
 
 
@@ -658,6 +823,10 @@ def validate_device_structure(device: dict[str, Any], path: str, *, per_device: 
     if device.get("taints") is not None:
         errs.extend(validate_taints(device["taints"], fe.child(path, "taints"), opts))
     errs.extend(validate_binding_conditions(device, path))
+    if device.get("nodeAllocatableResources") is not None:
+        errs.extend(validate_node_allocatable_resources(
+            device["nodeAllocatableResources"], device.get("capacity"),
+            fe.child(path, "nodeAllocatableResources")))
     return errs
 
 
@@ -734,6 +903,10 @@ def validate_spec(spec: dict[str, Any], opts: RuleOptions = SERVER_PARITY) -> li
     if devices is not None and counter_sets is not None:
         errs.append(fe.invalid("spec", "",
                                "only one of `sharedCounters` or `devices` is allowed"))
+    if spec.get("partitionTypeAttribute") is not None:
+        errs.extend(validate_partition_type_attribute(spec))
+    if spec.get("skipNodeOperations") is not None:
+        errs.extend(validate_skip_node_operations(spec["skipNodeOperations"]))
     return errs
 
 

@@ -9,7 +9,9 @@ Rules (resource-api-validation.md §3, §4; issue 4):
   consumes counters or has a list-typed attribute;
 * a pool with neither devices nor counter sets is one slice without devices, so the pool
   still exists;
-* every slice of a pool carries the same ``pool.generation`` and ``resourceSliceCount``.
+* every slice of a pool carries the same ``pool.generation`` and ``resourceSliceCount``;
+* ``partitionTypeAttribute`` goes into the slices with devices that consume counters,
+  ``skipNodeOperations`` into every slice of the pool (Kubernetes 1.37).
 
 The returned specs are resource.k8s.io/v1 ``spec`` objects; the publisher sets the
 generation.
@@ -93,5 +95,12 @@ def split_pool(pool: ValidatedPool, driver: str, node_name: str,
             **selection,
             **body,
         }
+        # partitionTypeAttribute only where a device consumes counters (the API refuses it
+        # elsewhere); skipNodeOperations on every slice of the pool.
+        if pool.partition_type_attribute is not None and any(
+                d.get("consumesCounters") for d in body.get("devices") or ()):
+            spec["partitionTypeAttribute"] = pool.partition_type_attribute
+        if pool.skip_node_operations:
+            spec["skipNodeOperations"] = list(pool.skip_node_operations)
         specs.append(spec)
     return specs

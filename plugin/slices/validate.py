@@ -30,7 +30,8 @@ from plugin.slices import formats, rules
 from plugin.slices.fielderrors import FieldError
 from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
 
-Action = Literal["device dropped", "attribute dropped", "counter set dropped", "pool skipped"]
+Action = Literal["device dropped", "attribute dropped", "counter set dropped", "pool skipped",
+                 "field dropped"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class ValidatedPool:
     node_selector: dict[str, Any] | None = None
     all_nodes: bool = False
     per_device_node_selection: bool = False
+    partition_type_attribute: str | None = None
+    skip_node_operations: list[str] | None = None
 
     @property
     def node_local(self) -> bool:
@@ -127,11 +130,23 @@ def validate_pool(pool: Pool, driver: str, node_name: str,
     selection_errors = rules.validate_spec_node_selection(selection)
     if selection_errors:
         return skip(selection_errors)
+    if pool.skip_node_operations is not None:
+        skip_errors = rules.validate_skip_node_operations(pool.skip_node_operations)
+        if skip_errors:
+            return skip(skip_errors)
+    partition_type = pool.partition_type_attribute
+    if partition_type is not None:
+        type_errors = formats.fully_qualified_name(partition_type,
+                                                   "spec.partitionTypeAttribute")
+        if type_errors:
+            return skip(type_errors)
     out = ValidatedPool(
         name=pool.name,
         node_selector=pool.node_selector,
         all_nodes=pool.all_nodes is True,
         per_device_node_selection=pool.per_device_node_selection is True,
+        partition_type_attribute=partition_type,
+        skip_node_operations=pool.skip_node_operations,
     )
     counter_sets: dict[str, dict[str, Any]] = {}
     for i, cs in enumerate(pool.counter_sets):
@@ -160,12 +175,21 @@ def validate_pool(pool: Pool, driver: str, node_name: str,
         errors.extend(_counter_references(api, path, counter_sets))
         if device.name in names:
             errors.append(fe.duplicate(path, device.name))
+        if partition_type is not None and api.get("consumesCounters"):
+            errors.extend(rules.validate_partition_type_attribute(
+                {"driver": driver, "partitionTypeAttribute": partition_type,
+                 "devices": [api]}, device_path=path))
         if errors:
             issues.extend(ValidationIssue(pool.name, e, "device dropped", device=device.name)
                           for e in errors)
             continue
         names.add(device.name)
         out.devices.append(api)
+    if partition_type is not None and not any(d.get("consumesCounters") for d in out.devices):
+        out.partition_type_attribute = None
+        issues.append(ValidationIssue(pool.name, fe.invalid(
+            "spec.partitionTypeAttribute", partition_type, "may only be set on a slice which "
+            "declares devices that consume counters"), "field dropped"))
     return PoolValidation(out, issues)
 
 

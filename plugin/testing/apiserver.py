@@ -21,7 +21,14 @@ Discovery
     ``GET /api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io``,
     ``/apis/resource.k8s.io/{version}`` (APIResourceList), ``/version`` (minor 34/33/32
     following the newest served version unless ``kubernetes_minor`` is given),
-    nothing else (no /healthz, no OpenAPI).
+    ``/openapi/v2`` and ``/openapi/v3[/api/v1|/apis/resource.k8s.io/{version}]`` (the
+    Kubernetes 1.37 schemas, or 1.36's with ``kubernetes_minor=36``; none for a
+    v1beta-only server or ``kubernetes_minor`` < 36; :mod:`plugin.testing.apiserver_schema`),
+    nothing else (no /healthz).
+Decoding (like kube-apiserver's into its Go types, same schemas)
+    unknown fields dropped with a ``Warning: 299`` header (``?fieldValidation=Strict``:
+    400), malformed quantities 400, quantities rendered canonically, taints'
+    ``timeAdded`` defaulted; bodies other than JSON/YAML (protobuf) 415.
 Verbs
     get; list with ``fieldSelector`` (``metadata.name``, ``metadata.namespace`` for
     claims, ``spec.nodeName`` and ``spec.driver`` for ResourceSlices, ``spec.unschedulable``
@@ -108,6 +115,7 @@ from .apiserver_json import clone
 from .apiserver_log import RequestLog, RequestRecord
 from .apiserver_registry import Registry
 from .apiserver_resources import ALL_RESOURCES, RESOURCE_CLAIMS, RESOURCE_VERSIONS, ResourceInfo
+from .apiserver_schema import schema_version_for
 from .apiserver_selectors import parse_field_selector, parse_label_selector
 from .apiserver_store import Store
 from .apiserver_validate import validate_claim_status
@@ -191,7 +199,8 @@ class EmbeddedAPIServer:
         self.served_versions = versions
         self.token = token
         self._store = Store()
-        self._registry = Registry(self._store, random.Random(seed))
+        self._registry = Registry(self._store, random.Random(seed),
+                                  schema_version_for(versions, kubernetes_minor))
         self._faults = FaultInjector()
         self._log = RequestLog()
         self._kubernetes_minor = kubernetes_minor
@@ -407,9 +416,13 @@ class EmbeddedAPIServer:
         }
 
     def create_node(
-        self, name: str, labels: Mapping[str, str] | None = None
+        self, name: str, labels: Mapping[str, str] | None = None,
+        declared_features: Sequence[str] = ("DRANodeAllocatableResources",),
     ) -> dict[str, Any]:
-        """Create a Node (Ready, with a hostname label) and return it."""
+        """Create a Node (Ready, with a hostname label) and return it.
+        ``declared_features`` go to ``status.declaredFeatures`` (what a kubelet 1.37 with
+        the DRA gates on reports; slices with nodeAllocatableResources need
+        ``DRANodeAllocatableResources`` there)."""
         node: dict[str, Any] = {
             "metadata": {
                 "name": name,
@@ -429,6 +442,8 @@ class EmbeddedAPIServer:
                 ],
             },
         }
+        if declared_features:
+            node["status"]["declaredFeatures"] = list(declared_features)
         return self.create_object("nodes", node)
 
     def create_claim(

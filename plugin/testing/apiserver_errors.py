@@ -174,6 +174,16 @@ def invalid_object(kind: str, group: str, name: str, causes: list[Cause]) -> Api
     )
 
 
+def admission_forbidden(resource: str, group: str, name: str, detail: str) -> ApiError:
+    """403 from admission: ``<resource>.<group> "<name>" is forbidden: <detail>``."""
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{_qualified(resource, group)} "{name}" is forbidden: {detail}',
+        {"name": name, "group": group, "kind": resource},
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
@@ -184,16 +194,26 @@ def method_not_allowed() -> ApiError:
     )
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
-    accepted = (
-        "application/json-patch+json, application/merge-patch+json, "
-        "application/strategic-merge-patch+json, application/apply-patch+yaml"
-    )
+PATCH_MEDIA_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+)
+"""What kube-apiserver accepts on PATCH, in its order (apiserver endpoints/installer.go)."""
+BODY_MEDIA_TYPES = ("application/json", "application/yaml")
+"""What the embedded server decodes on POST and PUT. kube-apiserver also decodes
+``application/vnd.kubernetes.protobuf`` (and CBOR behind a gate); the embedded server
+speaks JSON only and answers those with this 415."""
+
+
+def unsupported_media_type(accepted: tuple[str, ...] = PATCH_MEDIA_TYPES) -> ApiError:
+    """415 in kube-apiserver's words (apiserver handlers/negotiation errUnsupportedMediaType)."""
     return ApiError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media types include: "
-        f"{accepted} (got {content_type!r})",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
     )
 
 

@@ -18,6 +18,7 @@ PUT → update, PATCH → patch, DELETE → delete/deletecollection.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import sys
@@ -28,11 +29,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
+
 from . import apiserver_errors as errors
+from . import apiserver_schema as schema
 from .apiserver_convert import from_internal
 from .apiserver_faults import FaultInjector
 from .apiserver_log import RequestLog, RequestRecord
-from .apiserver_registry import Registry
+from .apiserver_registry import Registry, RequestOptions, current_request, set_request
 from .apiserver_resources import (
     CORE_RESOURCES,
     DRA_RESOURCES,
@@ -105,6 +109,13 @@ def parse_path(path: str, ctx: ServerContext) -> Route:
     }
     for v in served:
         docs[("apis", RESOURCE_GROUP, v)] = lambda v=v: group_resource_list(v)
+    schema_version = schema.schema_version_for(served, ctx.kubernetes_minor)
+    if schema.definitions(schema_version) is not None:
+        groups = _openapi_groups(served, schema_version)
+        docs[("openapi", "v2")] = lambda: _openapi_v2(served, schema_version)
+        docs[("openapi", "v3")] = lambda: schema.openapi_v3_root(groups)
+        for gv_path in groups:
+            docs[("openapi", "v3", *gv_path.split("/"))] = lambda p=gv_path: groups[p]
     if tuple(parts) in docs:
         return Route(None, "", None, "", "", False, docs[tuple(parts)]())
     if len(parts) >= 3 and parts[:2] == ["api", "v1"]:
@@ -125,6 +136,34 @@ def parse_path(path: str, ctx: ServerContext) -> Route:
     if namespace is not None and not info.namespaced:
         raise errors.path_not_found()
     return _resource_route(info, version, rest[1:], namespace, watch_path)
+
+
+def openapi_resources(served: tuple[str, ...]) -> list[schema.OpenAPIResource]:
+    """Every resource of every served version, for the OpenAPI documents."""
+    out = [schema.OpenAPIResource("", "v1", i.kind, i.plural, i.namespaced)
+           for i in CORE_RESOURCES.values()]
+    out += [schema.OpenAPIResource(RESOURCE_GROUP, v, i.kind, i.plural, i.namespaced)
+            for v in served for i in DRA_RESOURCES.values()]
+    return out
+
+
+@functools.cache
+def _openapi_v2(served: tuple[str, ...], schema_version: str | None) -> dict[str, Any] | None:
+    return schema.openapi_v2_document(openapi_resources(served), schema_version)
+
+
+@functools.cache
+def _openapi_groups(served: tuple[str, ...], schema_version: str | None) -> dict[str, Any]:
+    """``/openapi/v3`` documents by group-version path (``api/v1``, ``apis/<g>/<v>``)."""
+    resources = openapi_resources(served)
+    out: dict[str, Any] = {}
+    for group, version in dict.fromkeys((r.group, r.version) for r in resources):
+        doc = schema.openapi_v3_document(
+            group, version, [r for r in resources if (r.group, r.version) == (group, version)],
+            schema_version)
+        if doc is not None:
+            out[schema.gv_path(group, version)] = doc
+    return out
 
 
 def _flag(query: dict[str, list[str]], key: str) -> bool:
@@ -250,6 +289,8 @@ class APIRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        for text in current_request().warnings:
+            self.send_header("Warning", "299 - " + json.dumps(text))
         self.end_headers()
         self.wfile.write(data)
 
@@ -268,6 +309,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
             "received_at": time.monotonic(),
         }
         self._record = record
+        set_request(RequestOptions(strict=_param(query, "fieldValidation") == "Strict"))
         code = 500
         try:
             try:
@@ -312,6 +354,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
         finally:
             self._log_once(code)
+            set_request(None)
 
     # ------------------------------------------------------------------ verbs
 
@@ -352,7 +395,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
                 raise errors.method_not_allowed()
             if info.namespaced and route.namespace is None:
                 raise errors.method_not_allowed()
-            new_obj = registry.create(info, ns, version, _json_body(body), dry_run=dry_run)
+            new_obj = registry.create(info, ns, version, _body(record, body), dry_run=dry_run)
             self._send_json(201, from_internal(info, version, new_obj, copy=False))
             return 201
         if verb == "get":
@@ -360,7 +403,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
             self._send_json(200, from_internal(info, version, current, copy=False))
             return 200
         if verb == "update":
-            updated = registry.update(info, ns, route.name, version, _json_body(body),
+            updated = registry.update(info, ns, route.name, version, _body(record, body),
                                       subresource=route.subresource, dry_run=dry_run)
             self._send_json(200, from_internal(info, version, updated, copy=False))
             return 200
@@ -514,8 +557,23 @@ def _json_body(body: bytes) -> Any:
         raise errors.bad_request("the request body is empty")
     try:
         return json.loads(body)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise errors.bad_request(f"error decoding JSON body: {exc}") from None
+
+
+def _body(record: dict[str, Any], body: bytes) -> Any:
+    """A POST or PUT body: JSON, or YAML when sent as ``application/yaml``; any other
+    content type (``application/vnd.kubernetes.protobuf``, client-go's default for built-in
+    types) is a 415 that names the JSON and YAML types."""
+    content_type = record["content_type"]
+    if content_type in ("", "application/json"):
+        return _json_body(body)
+    if content_type == "application/yaml":
+        try:
+            return yaml.safe_load(body)
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"error decoding YAML body: {exc}") from None
+    raise errors.unsupported_media_type(errors.BODY_MEDIA_TYPES)
 
 
 __all__ = ["EmbeddedHTTPServer", "ServerContext", "parse_path"]

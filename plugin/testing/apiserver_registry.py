@@ -17,17 +17,21 @@ resource strategies do), on objects in their stored v1 shape.
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import yaml
 
 from . import apiserver_apply as ssa
 from . import apiserver_errors as errors
+from . import apiserver_schema as schema
 from .apiserver_convert import from_internal, to_internal
 from .apiserver_json import clone, equal_ignoring_resource_version
 from .apiserver_patch import json_patch, merge_patch
@@ -50,8 +54,9 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
-APPLY_PATCH_JSON = "application/apply-patch+json"
 
+NODE_ALLOCATABLE_FEATURE = "DRANodeAllocatableResources"
+"""The node feature (``Node.status.declaredFeatures``) nodeAllocatableResources needs."""
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_METADATA = ("uid", "creationTimestamp", "resourceVersion", "generation")
 
@@ -66,6 +71,44 @@ def _decode(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return yaml.safe_load(raw)
+
+
+@dataclass
+class RequestOptions:
+    """Per-request decoding options and results: ``strict`` is ``fieldValidation=Strict``;
+    ``warnings`` collects the texts for ``Warning: 299`` answer headers."""
+
+    strict: bool = False
+    warnings: list[str] = dataclass_field(default_factory=list)
+
+
+_REQUEST: contextvars.ContextVar[RequestOptions | None] = contextvars.ContextVar(
+    "embedded_apiserver_request", default=None)
+
+
+def current_request() -> RequestOptions:
+    """The options of the request being handled (defaults for in-process helpers)."""
+    options = _REQUEST.get()
+    return options if options is not None else RequestOptions()
+
+
+def set_request(options: RequestOptions | None) -> None:
+    """Set the options of the request the calling thread handles (None: none)."""
+    _REQUEST.set(options)
+
+
+def _default_time_added(obj: dict[str, Any]) -> None:
+    """The v1 defaulting of ``spec.devices[].taints[].timeAdded``: now, whole seconds."""
+    devices = (obj.get("spec") or {}).get("devices")
+    if not isinstance(devices, list):
+        return
+    stamp = ""
+    for device in devices:
+        taints = device.get("taints") if isinstance(device, dict) else None
+        for taint in taints if isinstance(taints, list) else ():
+            if isinstance(taint, dict) and not taint.get("timeAdded"):
+                stamp = stamp or _now()
+                taint["timeAdded"] = stamp
 
 
 def _now() -> str:
@@ -91,9 +134,11 @@ class Registry:
     converted to the stored shape before anything else looks at them.
     """
 
-    def __init__(self, store: Store, rng: random.Random) -> None:
+    def __init__(self, store: Store, rng: random.Random,
+                 schema_version: str | None = schema.SCHEMA_VERSION) -> None:
         self.store = store
         self._rng = rng
+        self.schema_version = schema_version
 
     # ------------------------------------------------------------------ helpers
 
@@ -122,6 +167,9 @@ class Registry:
             )
 
     def _decode(self, info: ResourceInfo, version: str, body: Any) -> dict[str, Any]:
+        """The stored shape of a body, decoded the way kube-apiserver decodes into its Go
+        types: unknown fields dropped (400 under ``fieldValidation=Strict``), quantities
+        checked (400) and rendered canonically, defaults set (taints' ``timeAdded``)."""
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
         self._check_type(info, version, body)
@@ -130,6 +178,18 @@ class Registry:
         if not isinstance(obj.get("metadata", {}), dict):
             raise errors.bad_request("metadata must be an object")
         obj.setdefault("metadata", {})
+        stored_version = "v1" if info.group else version
+        found = schema.decode(obj, info.group, stored_version, info.kind, self.schema_version)
+        if found.bad_quantities:
+            raise errors.bad_request(schema.quantity_error(info.kind, version))
+        request = current_request()
+        if found.unknown:
+            if request.strict:
+                raise errors.bad_request("strict decoding error: " + ", ".join(
+                    f'unknown field "{p}"' for p in found.unknown))
+            request.warnings.extend(f'unknown field "{p}"' for p in found.unknown)
+        if info is RESOURCE_SLICES:
+            _default_time_added(obj)
         return obj
 
     def _validate(
@@ -145,6 +205,35 @@ class Registry:
             causes += validate_claim_status(obj, old)
         if causes:
             raise errors.invalid_object(info.kind, info.group, name, causes)
+        if info is RESOURCE_SLICES:
+            self._admit_node_allocatable(obj)
+
+    def _admit_node_allocatable(self, obj: dict[str, Any]) -> None:
+        """The NodeDeclaredFeatures admission plugin (kube-apiserver 1.37, with the
+        DRANodeAllocatableResources gate): a device with ``nodeAllocatableResources`` on one
+        node (``spec.nodeName``, or the device's ``nodeName`` under perDeviceNodeSelection)
+        needs that Node to exist and to list ``DRANodeAllocatableResources`` in
+        ``status.declaredFeatures``; otherwise 403. Devices on several nodes (nodeSelector,
+        allNodes) are not checked here."""
+        spec = obj.get("spec") or {}
+        name = obj["metadata"].get("name", "")
+        per_device = spec.get("perDeviceNodeSelection") is True
+        for dev in spec.get("devices") or []:
+            if not isinstance(dev, dict) or not dev.get("nodeAllocatableResources"):
+                continue
+            node_name = dev.get("nodeName") if per_device else spec.get("nodeName")
+            if not node_name:
+                continue
+            node = self.store.get(self.key(NODES, "", node_name))
+            refused = None
+            if node is None:
+                refused = f'node "{node_name}" not found for device "{dev.get("name")}"'
+            elif NODE_ALLOCATABLE_FEATURE not in ((node.get("status") or {}).get(
+                    "declaredFeatures") or []):
+                refused = f'node "{node_name}" does not support {NODE_ALLOCATABLE_FEATURE} feature'
+            if refused is not None:
+                raise errors.admission_forbidden(RESOURCE_SLICES.plural, RESOURCE_SLICES.group,
+                                                 name, refused)
 
     # ------------------------------------------------------------------ create
 
@@ -288,8 +377,11 @@ class Registry:
         force: bool,
         dry_run: bool,
     ) -> tuple[dict[str, Any], bool]:
-        """Merge/strategic/JSON patch or server-side apply. Returns (object, created)."""
-        if content_type in (APPLY_PATCH, APPLY_PATCH_JSON):
+        """Merge/strategic/JSON patch or server-side apply. Returns (object, created).
+        Any other content type (``application/apply-patch+json`` too) is a 415."""
+        if content_type not in errors.PATCH_MEDIA_TYPES:
+            raise errors.unsupported_media_type()
+        if content_type == APPLY_PATCH:
             return self.apply(
                 info, namespace, name, version, raw,
                 subresource=subresource, field_manager=field_manager, force=force,
@@ -308,7 +400,7 @@ class Registry:
                     raise errors.bad_request("a merge patch must be a JSON object")
                 patched = merge_patch(current, patch)
             else:
-                raise errors.unsupported_media_type(content_type)
+                raise errors.unsupported_media_type()
             result = self.update(
                 info, namespace, name, version, patched, subresource=subresource,
                 dry_run=dry_run,
@@ -330,9 +422,9 @@ class Registry:
     ) -> tuple[dict[str, Any], bool]:
         """Server-side apply (see apiserver_apply). Creates the object when the main
         resource does not exist yet."""
-        if not field_manager:
-            raise errors.bad_request("PATCH, application/apply-patch+yaml requests require "
-                                     "fieldManager to be set")
+        if not field_manager:   # PatchOptions validation: 422, as kube-apiserver answers
+            raise errors.invalid_object("PatchOptions", "meta.k8s.io", "", [
+                errors.required("fieldManager", "is required for apply patch")])
         try:
             config = _decode(raw)
         except yaml.YAMLError as exc:
@@ -372,11 +464,10 @@ class Registry:
                 raise errors.conflict(info.plural, info.group, name)
             sent_uid = config_meta.get("uid")
             if sent_uid and sent_uid != live["metadata"].get("uid"):
-                raise errors.conflict(
-                    info.plural, info.group, name,
-                    f"Precondition failed: UID in precondition: {sent_uid}, UID in object "
-                    f"meta: {live['metadata'].get('uid')}",
-                )
+                # The applied uid becomes part of the merged object, and ObjectMeta update
+                # validation refuses a changed uid: 422 (a PUT's uid precondition is a 409).
+                raise errors.invalid_object(info.kind, info.group, name, [
+                    errors.invalid("metadata.uid", sent_uid, "field is immutable")])
             outcome = ssa.apply(
                 live, applied, manager=field_manager, subresource=subresource,
                 owners=self.store.owners(key), list_maps=list_maps, force=force,

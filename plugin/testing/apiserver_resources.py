@@ -58,7 +58,7 @@ RESOURCE_SLICES = ResourceInfo(
     namespaced=False,
     has_status=False,
     tracks_generation=True,
-    field_labels=("metadata.name", "spec.nodeName", "spec.driver"),
+    field_labels=("metadata.name", "spec.nodeName", "spec.driver", "spec.pool.name"),
     returns_deleted_object=True,
 )
 RESOURCE_CLAIMS = ResourceInfo(

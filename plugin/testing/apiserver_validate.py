@@ -1,12 +1,17 @@
-"""The few validation rules the embedded API server enforces (a test double, not
+"""The validation rules the embedded API server enforces (a test double, not
 drakit's validator).
 
 It rejects, with kube-apiserver's field paths and wording (shared reference
 resource-api-validation.md §1, §2, §4, §5, §13), what a node plugin could plausibly get
 wrong: a ResourceSlice's required fields, node selection, device count, device names,
-attribute shape, immutable fields; a ResourceClaim's ``status.devices[]`` entries
-(allocated device, uniqueness, conditions, data, networkData) and the immutable
-``status.allocation``. Everything else is accepted as sent.
+attribute shape, semver versions and list attributes, capacity request policies, taints
+(key, value, effect enum), counter consumption (with compatibilityGroups),
+nodeAllocatableResources, partitionTypeAttribute, skipNodeOperations, immutable fields; a
+ResourceClaim's ``status.devices[]`` entries (allocated device, uniqueness, conditions, data,
+networkData) and the immutable ``status.allocation``. The rules that drakit's own validator
+(:mod:`plugin.slices.rules`) already writes from the same upstream sources are reused, not
+written twice; tests/real/test_real_differential.py holds both to kube-apiserver 1.37.2's
+answers. Everything else is accepted as sent.
 """
 
 from __future__ import annotations
@@ -17,7 +22,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from plugin.slices import fielderrors as fe
+from plugin.slices import formats, rules
+
 from .apiserver_errors import (
+    CAUSE_DUPLICATE,
+    CAUSE_FORBIDDEN,
+    CAUSE_INVALID,
+    CAUSE_NOT_SUPPORTED,
+    CAUSE_REQUIRED,
+    CAUSE_TOO_LONG,
+    CAUSE_TOO_MANY,
     Cause,
     duplicate,
     invalid,
@@ -60,6 +75,25 @@ _LIST_MEMBERS = ("ints", "bools", "strings", "versions")
 _LIST_MEMBER_SET = frozenset(_LIST_MEMBERS)
 _ATTRIBUTE_MEMBER_SET = frozenset(_ATTRIBUTE_MEMBERS)
 _DNS_LABEL_RE = re.compile(DNS_LABEL, re.ASCII)
+
+
+_CAUSE_OF_TYPE = {
+    fe.REQUIRED: CAUSE_REQUIRED, fe.INVALID: CAUSE_INVALID, fe.NOT_SUPPORTED: CAUSE_NOT_SUPPORTED,
+    fe.DUPLICATE: CAUSE_DUPLICATE, fe.FORBIDDEN: CAUSE_FORBIDDEN, fe.TOO_LONG: CAUSE_TOO_LONG,
+    fe.TOO_MANY: CAUSE_TOO_MANY, fe.NOT_FOUND: "FieldValueNotFound",
+}
+
+
+def _causes(errors: list[fe.FieldError]) -> list[Cause]:
+    """drakit's field errors (plugin.slices.rules, written from the same upstream rules) as
+    Status causes."""
+    out = []
+    for err in errors:
+        text = str(err)
+        prefix = f"{err.field}: "
+        out.append(Cause(err.field, _CAUSE_OF_TYPE.get(err.type, CAUSE_INVALID),
+                         text[len(prefix):] if text.startswith(prefix) else text))
+    return out
 
 
 def _nbytes(value: str) -> int:
@@ -164,9 +198,12 @@ def _is_map(value: Any) -> bool:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _device(path: str, device: Any) -> list[Cause]:
+def _device(path: str, device: Any, old: Any = None) -> list[Cause]:
+    """One device; ``old`` is the stored device of the same name on an update (its
+    unchanged ``capacity`` and ``taints`` are not validated again, as upstream)."""
     if not _is_map(device):
         return [invalid(path, device, "must be an object")]
+    old = old if _is_map(old) else {}
     name = device.get("name")
     causes = [] if _is_label(name) else check_label(f"{path}.name", name)
     attributes = device.get("attributes") or {}
@@ -194,10 +231,52 @@ def _device(path: str, device: Any) -> list[Cause]:
         if member in ("string", "version") and isinstance(value, str) \
                 and _nbytes(value) > MAX_ATTRIBUTE_VALUE_LENGTH:
             causes.append(too_long(f"{apath}.{member}", MAX_ATTRIBUTE_VALUE_LENGTH))
+    for key, attr in attributes.items() if _is_map(attributes) else []:
+        if not _is_map(attr):
+            continue
+        apath = f"{path}.attributes[{key}]"
+        if isinstance(attr.get("version"), str):   # (its length is checked above)
+            causes += _causes([e for e in formats.semver(attr["version"], f"{apath}.version")
+                               if e.type != fe.TOO_LONG])
+        for member in _LIST_MEMBERS:
+            if attr.get(member) is not None:
+                causes += _causes(_list_attribute(member, attr[member], f"{apath}.{member}"))
+        if all(v == [] for v in attr.values()) and any(m in attr for m in _LIST_MEMBERS):
+            # declarative union validation counts an empty list as unset
+            causes.append(invalid(apath, "", rules.UNION_DV_DETAIL))
+    if capacity and capacity != old.get("capacity") and _is_map(capacity):
+        allow = device.get("allowMultipleAllocations") is True
+        for key in sorted(capacity):
+            found = rules.validate_capacity(key, capacity[key], f"{path}.capacity", allow)
+            causes += _causes([e for e in found if not e.field.endswith("].value")
+                               or "quantities must match" not in e.detail])
     taints = device.get("taints") or []
-    if len(taints) > MAX_TAINTS:
-        causes.append(too_many(f"{path}.taints", len(taints), MAX_TAINTS))
+    if taints != (old.get("taints") or []):
+        causes += _causes(rules.validate_taints(taints, f"{path}.taints"))
+    if device.get("consumesCounters") is not None:
+        causes += _causes(rules.validate_consumes_counters(device["consumesCounters"],
+                                                           f"{path}.consumesCounters"))
+    if device.get("nodeAllocatableResources") is not None:
+        causes += _causes(rules.validate_node_allocatable_resources(
+            device["nodeAllocatableResources"], capacity, f"{path}.nodeAllocatableResources"))
     return causes
+
+
+def _list_attribute(member: str, values: Any, path: str) -> list[fe.FieldError]:
+    """A list-typed attribute (DRAListTypeAttributes): non-empty; strings ≤ 64 bytes,
+    versions semver."""
+    if not isinstance(values, list):
+        return [fe.invalid(path, values, "must be a list")]
+    if not values:
+        return [fe.invalid(path, [], "must not be empty if specified")]
+    errs: list[fe.FieldError] = []
+    for j, v in enumerate(values):
+        if member == "versions" and isinstance(v, str):
+            errs += formats.semver(v, f"{path}[{j}]")
+        elif member == "strings" and isinstance(v, str) \
+                and _nbytes(v) > MAX_ATTRIBUTE_VALUE_LENGTH:
+            errs.append(fe.too_long(f"{path}[{j}]", MAX_ATTRIBUTE_VALUE_LENGTH))
+    return errs
 
 
 def _needs_small_slice(device: Any) -> bool:
@@ -243,13 +322,20 @@ def validate_resource_slice(
             causes.append(too_many("spec.devices", len(devices), limit))
         else:
             seen: set[str] = set()
+            old_devices = {d.get("name"): d for d in ((old or {}).get("spec") or {}).get(
+                "devices") or [] if _is_map(d)}
             for i, device in enumerate(devices):
-                causes += _device(f"spec.devices[{i}]", device)
+                old_device = old_devices.get(device.get("name")) if _is_map(device) else None
+                causes += _device(f"spec.devices[{i}]", device, old_device)
                 name = device.get("name") if _is_map(device) else None
                 if isinstance(name, str) and name:
                     if name in seen:
                         causes.append(duplicate(f"spec.devices[{i}]", name))
                     seen.add(name)
+    if spec.get("partitionTypeAttribute") is not None:
+        causes += _causes(rules.validate_partition_type_attribute(dict(spec)))
+    if spec.get("skipNodeOperations") is not None:
+        causes += _causes(rules.validate_skip_node_operations(spec["skipNodeOperations"]))
     if old is not None:
         old_spec = old.get("spec") or {}
         for label, new_v, old_v in (
@@ -421,7 +507,8 @@ def validate_claim_status(
     new_allocation = status.get("allocation")
     if old_allocation is not None and new_allocation is not None \
             and old_allocation != new_allocation:
-        causes.append(invalid("status.allocation", new_allocation, "field is immutable"))
+        # kube-apiserver 1.37.2's words (the value printed is null)
+        causes.append(invalid("status.allocation", None, "field cannot be modified once set"))
     allocated = allocated_keys(obj)
     seen: set[tuple[Any, Any, Any, Any]] = set()
     for i, entry in enumerate(status.get("devices") or []):

@@ -112,7 +112,10 @@ def test_apply_validates_and_checks_allocation(claim: dict[str, Any],
              "metadata": {"name": "claim"}, "status": {}},
             _content_type=APPLY,
         )
-    assert info.value.status == 400  # fieldManager is required for apply
+    # fieldManager is required for apply: kube-apiserver 1.37.2 answers 422 (PatchOptions
+    # validation), as the differential test (tests/real/test_real_differential.py) shows
+    assert info.value.status == 422
+    assert "fieldManager: Required value: is required for apply patch" in info.value.body
 
 
 def test_apply_on_missing_claim_status_is_404(server: EmbeddedAPIServer,

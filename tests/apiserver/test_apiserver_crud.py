@@ -143,10 +143,14 @@ def test_field_and_label_selectors(resource_api: client.ResourceV1Api,
     assert names(label_selector="tier=net") == ["c"]
     assert names(label_selector="tier in (net,storage)") == ["c"]
     assert names(label_selector="!tier") == ["a", "b"]
+    # spec.pool.name is a ResourceSlice field label on the real server (issue 15)
+    assert names(field_selector="spec.pool.name=node-a") == ["a", "c"]
+    assert names(field_selector="spec.pool.name=node-b,spec.driver=gpu.example.com") == ["b"]
     with pytest.raises(client.ApiException) as info:
-        names(field_selector="spec.pool.name=node-a")
+        names(field_selector="spec.pool.generation=1")
     assert info.value.status == 400
-    assert "field label not supported: spec.pool.name" in status_of(info.value)["message"]
+    assert "field label not supported" in status_of(info.value)["message"]
+    assert "spec.pool.generation" in status_of(info.value)["message"]
     listed = custom_api.list_cluster_custom_object(GROUP, VERSION, "resourceslices")
     assert listed["kind"] == "ResourceSliceList" and len(listed["items"]) == 3
 

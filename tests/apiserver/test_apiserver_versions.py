@@ -86,6 +86,9 @@ def test_v1beta1_only_server(beta1_server: EmbeddedAPIServer) -> None:
         # Stored in v1 shape.
         stored = beta1_server.get_object("resourceslices", "node-a-gpu")
         assert stored is not None
+        # (the server defaults the taint's timeAdded, as kube-apiserver does)
+        stamp = stored["spec"]["devices"][0]["taints"][0].pop("timeAdded")
+        assert isinstance(stamp, str) and stamp.endswith("Z")
         assert stored["spec"]["devices"] == [V1_DEVICE]
 
         # Objects written in-process in v1 shape come back wrapped in `basic`.

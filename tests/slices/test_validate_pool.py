@@ -71,7 +71,9 @@ def test_bad_version_attribute_and_list_attribute() -> None:
     assert res.pool is not None
     assert list(res.pool.devices[0]["attributes"]) == ["ok"]
     assert {i.field for i in res.issues} == {"spec.devices[0].attributes[v].version",
-                                             "spec.devices[0].attributes[l].ints"}
+                                             "spec.devices[0].attributes[l].ints",
+                                             # the 1.37 union error for the empty list
+                                             "spec.devices[0].attributes[l]"}
 
 
 def test_too_many_attributes_drops_device() -> None:
