@@ -112,7 +112,8 @@ def test_a_vendors_plugin_module_and_folders_in_the_cwd_change_nothing(tmp_path:
         "assert plugin.VENDOR == 'module' and discovery.VENDOR == 'discovery'\\n"
         "assert cdi.VENDOR == 'cdi' and not hasattr(cdi, 'SpecStore')\\n"
         "assert not hasattr(drakit.cdi.spec, 'VENDOR')\\n"
-        "assert all('/tmp' not in p for p in drakit.plugin.__path__), drakit.plugin.__path__\\n"
+        "cwd = __import__('os').getcwd()\\n"
+        "assert not any(p.startswith(cwd) for p in drakit.plugin.__path__)\\n"
         "print('ok')\\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
@@ -146,8 +147,8 @@ def test_no_module_imports_an_old_top_level_name() -> None:
 @pytest.mark.slow
 def test_the_wheels_only_top_level_package_is_drakit(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
+         str(REPO)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     [wheel] = tmp_path.glob("drakit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
