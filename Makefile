@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test test-fast lint proto proto-check bench clean k8s-bin
+.PHONY: install run test test-fast test-floor lint proto proto-check bench clean k8s-bin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ k8s-bin:
 	  || echo "make test: building the Kubernetes binaries failed; the real-server tier will skip"; \
 	else echo "make test: go not found; the real-server tier (tests/real) will skip"; fi
 
+## test-floor: the gRPC, node, integration and README tests on protobuf 5.29 + grpcio 1.66
+## (own venv .venv-floor, see scripts/test-floor.sh)
+test-floor:
+	bash scripts/test-floor.sh
+
 lint: install
 	$(VENV)/bin/ruff check plugin discovery cdi tests scripts bench examples
 	$(VENV)/bin/mypy
@@ -47,4 +52,4 @@ bench: install
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floor .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,14 @@ runtime (podman 4.3's CDI v0.5.2 up to CDI v1.1.0).
   no ``/``, ``=`` or ``:``. A leading digit forces cdiVersion 0.5.0.
 - qualified device name: ``vendor/class=name`` (split at the first ``=``, then the left
   side at the first ``/``).
+
+This module is also the one home of the name rules the other packages share (``cdi`` is the
+bottom layer: ``discovery`` and ``plugin`` import it, never the reverse):
+
+- Kubernetes DNS label / subdomain formats (apimachinery ``IsDNS1123Label`` /
+  ``IsDNS1123Subdomain``): :data:`DNS_LABEL_FMT`, :data:`DNS_SUBDOMAIN_FMT`;
+- the claim UID rule (:func:`claim_uid_error`), used by the kubelet-facing checks
+  (``plugin.names.check_claim_uid``) and by the CDI store alike.
 """
 
 from __future__ import annotations
@@ -22,14 +30,24 @@ from collections.abc import Mapping
 
 from cdi.errors import CDINameError
 
+DNS_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+"""RFC 1123 label (apimachinery ``dns1123LabelFmt``); at most 63 bytes."""
+DNS_SUBDOMAIN_FMT = DNS_LABEL_FMT + r"(\." + DNS_LABEL_FMT + ")*"
+"""RFC 1123 subdomain (apimachinery ``dns1123SubdomainFmt``); at most 253 bytes."""
+CLAIM_UID_FMT = "[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9])?"
+"""Claim UIDs drakit accepts (and :func:`claim_uid_error` also refuses ``..``): every UID the
+API server issues passes (``metadata.uid`` is set by the server on create, an RFC 4122 UUID
+in its 36-character lower-case form, ``uuid.NewUUID()``; the kubelet passes it unchanged in
+``Claim.uid``). Readable UIDs of stand-in servers and tests pass too; what could misbehave
+in a file name (``/``, NUL, a leading dot or dash, a trailing dash, ``..``) does not. The
+pattern itself bounds the length (1-128 characters, :data:`CLAIM_UID_MAX_LENGTH`)."""
+CLAIM_UID = re.compile(CLAIM_UID_FMT, re.ASCII)
+
 _VENDOR_RE = re.compile(r"[a-z](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*")
 _CLASS_RE = re.compile(r"[a-z][a-z0-9_.-]*[a-z0-9]")
 _DEVICE_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN_RE = re.compile(
-    r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
-)
+_DNS_SUBDOMAIN_RE = re.compile(DNS_SUBDOMAIN_FMT, re.ASCII)
 _ANNOTATION_NAME_RE = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_FILE_COMPONENT_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 
 VENDOR_MAX_LENGTH = 253
 """Longest vendor name (DNS-1123 subdomain)."""
@@ -164,19 +182,20 @@ def is_qualified_name(device: str) -> bool:
 
 
 def claim_uid_error(claim_uid: str) -> str | None:
-    """Why ``claim_uid`` may not be used inside a file name, or None when it may.
+    """Why ``claim_uid`` is not an acceptable claim UID, or None when it is (the one rule;
+    see :data:`CLAIM_UID_FMT`).
 
-    Accepted: 1-128 characters of ``[A-Za-z0-9_.-]``, starting and ending alphanumeric
-    (so no ``/``, no ``..`` component, no NUL, no hidden-file dot).
+    Accepted: 1-128 characters of ``[A-Za-z0-9_.-]``, starting and ending with a letter or
+    digit, without ``..`` (so no ``/``, no NUL, no hidden-file dot, no ``..`` anywhere).
     """
     if not claim_uid:
         return "claim UID must not be empty"
     if len(claim_uid) > CLAIM_UID_MAX_LENGTH:
         return f"claim UID must have at most {CLAIM_UID_MAX_LENGTH} characters"
-    if not _FILE_COMPONENT_RE.fullmatch(claim_uid):
+    if ".." in claim_uid or not CLAIM_UID.fullmatch(claim_uid):
         return (
-            f"claim UID {claim_uid!r} must contain only [A-Za-z0-9_.-] and start and end with "
-            "a letter or digit"
+            f"claim UID {claim_uid!r} must contain only [A-Za-z0-9_.-], start and end with "
+            "a letter or digit, and contain no '..'"
         )
     return None
 

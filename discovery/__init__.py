@@ -52,6 +52,7 @@ from discovery.plugin import (
     PreparedDevice,
     UnprepareRequest,
     env_name,
+    parse_plugin_options,
 )
 from discovery.sysfs import Sysfs
 from discovery.testing import SysfsBuilder
@@ -94,6 +95,7 @@ __all__ = [
     "is_qualified_name",
     "load_plugin_class",
     "load_plugins",
+    "parse_plugin_options",
     "qualified_name",
     "version",
 ]

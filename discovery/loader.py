@@ -11,16 +11,21 @@ A name is resolved in this order:
        acme = "drakit_acme.plugin:AcmeDiscovery"
 
 Built-ins win over an entry point of the same name (a warning is logged), so an installed
-package cannot silently replace them. Errors are :class:`PluginLoadError` naming the plugin
-and, for an unknown name, listing the available ones.
+package cannot silently replace them. Two installed distributions registering the same name
+are an error when that name is loaded (:class:`PluginLoadError` naming both distributions
+and their targets), never a silent first-wins: which one ``importlib.metadata`` yields first
+depends on ``sys.path`` order. Errors are :class:`PluginLoadError` naming the plugin and, for
+an unknown name, listing the available ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
+import re
 from collections.abc import Callable, Iterable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from discovery.builtin import BUILTIN_PLUGINS
 from discovery.plugin import DiscoveryContext, DiscoveryPlugin
@@ -35,16 +40,51 @@ class PluginLoadError(Exception):
     """A discovery plugin could not be found, imported or constructed."""
 
 
+def _dist_label(ep: EntryPoint) -> str:
+    dist = ep.dist
+    if dist is None:
+        return "an unknown distribution"
+    return f"{dist.name} {dist.version}"
+
+
+def _dist_key(ep: EntryPoint) -> str:
+    name = ep.dist.name if ep.dist is not None else ""
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503 normalised
+
+
+def _registered() -> dict[str, list[EntryPoint]]:
+    """Entry points of the group by name, one per (distribution, target): the same
+    distribution seen twice on ``sys.path`` is not a conflict."""
+    by_name: dict[str, list[EntryPoint]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in BUILTIN_PLUGINS:
+            if ep.value != BUILTIN_PLUGINS[ep.name]:
+                _log.warning("entry point %s = %s (%s) shadows a built-in plugin; ignored",
+                             ep.name, ep.value, _dist_label(ep))
+            continue
+        known = by_name.setdefault(ep.name, [])
+        if not any(_dist_key(k) == _dist_key(ep) and k.value == ep.value for k in known):
+            known.append(ep)
+    return by_name
+
+
+def _conflict(name: str, eps: list[EntryPoint]) -> PluginLoadError:
+    listed = " and ".join(f"{_dist_label(ep)} ({ep.value})" for ep in eps)
+    return PluginLoadError(
+        f"discovery plugin {name!r} is registered by {len(eps)} installed distributions: "
+        f"{listed}; uninstall all but one, or name the class as module:Class")
+
+
 def available_plugins() -> dict[str, str]:
     """Every plugin name that can be loaded → its ``module:Class`` (built-ins and entry
-    points of group ``drakit.discovery``), sorted by name."""
+    points of group ``drakit.discovery``), sorted by name. A name registered by two
+    distributions is left out (an error is logged; loading it raises)."""
     found: dict[str, str] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in BUILTIN_PLUGINS and ep.value != BUILTIN_PLUGINS[ep.name]:
-            _log.warning("entry point %s = %s (%s) shadows a built-in plugin; ignored",
-                         ep.name, ep.value, getattr(ep.dist, "name", "?"))
+    for name, eps in _registered().items():
+        if len(eps) > 1:
+            _log.error("%s", _conflict(name, eps))
             continue
-        found.setdefault(ep.name, ep.value)
+        found[name] = eps[0].value
     found.update(BUILTIN_PLUGINS)
     return dict(sorted(found.items()))
 
@@ -72,10 +112,15 @@ def _import(name: str, target: str) -> type[DiscoveryPlugin]:
 def load_plugin_class(name: str) -> type[DiscoveryPlugin]:
     """The plugin class for ``name`` (a registered name or ``module:Class``).
 
-    Raises :class:`PluginLoadError`: unknown name (listing the available ones), import
-    failure, or a target that is not a :class:`DiscoveryPlugin` subclass."""
+    Raises :class:`PluginLoadError`: unknown name (listing the available ones), a name two
+    installed distributions register (naming both), import failure, or a target that is
+    not a :class:`DiscoveryPlugin` subclass."""
     if ":" in name:
         return _import(name, name)
+    if name not in BUILTIN_PLUGINS:
+        eps = _registered().get(name, [])
+        if len(eps) > 1:
+            raise _conflict(name, eps)
     available = available_plugins()
     target = available.get(name)
     if target is None:
@@ -98,7 +143,8 @@ def load_plugins(
     context_factory: Callable[[str], DiscoveryContext],
 ) -> list[DiscoveryPlugin]:
     """Construct the plugins ``names`` in order, each with ``context_factory(plugin name)``
-    (see :func:`plugin_name`; use it to hand each plugin its own ``options``).
+    (see :func:`plugin_name`; use it to hand each plugin its own ``options``). A context
+    whose ``plugin_name`` is empty gets that name filled in.
 
     Raises :class:`PluginLoadError` for an unknown or broken plugin, a name given twice, or a
     constructor that fails (e.g. invalid options): the message names the plugin.
@@ -114,8 +160,11 @@ def load_plugins(
         if pname in seen:
             raise PluginLoadError(f"discovery plugin {pname!r} is given twice")
         seen.add(pname)
+        context = context_factory(pname)
+        if not context.plugin_name:
+            context = dataclasses.replace(context, plugin_name=pname)
         try:
-            plugins.append(cls(context_factory(pname)))
+            plugins.append(cls(context))
         except PluginLoadError:
             raise
         except Exception as e:

@@ -21,6 +21,8 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable
 
+from cdi.names import DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT
+
 DNS_LABEL_MAX = 63
 """Maximum length of a DNS label (device names, counter set names), bytes."""
 C_IDENTIFIER_MAX = 32
@@ -39,10 +41,8 @@ NUMA_NODE = "numaNode"
 """The NUMA node of a device (int), in the driver's own domain: Kubernetes defines no
 standard attribute for it."""
 
-_DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
-_DNS_SUBDOMAIN_RE = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
-)
+_DNS_LABEL_RE = re.compile(DNS_LABEL_FMT, re.ASCII)
+_DNS_SUBDOMAIN_RE = re.compile(DNS_SUBDOMAIN_FMT, re.ASCII)
 _C_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _HASH_LEN = 8
 

@@ -16,12 +16,46 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cdi.spec import ContainerEdits, DeviceNode
 from discovery.model import Device, DeviceHealth, Pool
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _accepted_keys(model: type[BaseModel]) -> set[str]:
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        keys.add(name)
+        if info.alias:
+            keys.add(info.alias)
+        if isinstance(info.validation_alias, str):
+            keys.add(info.validation_alias)
+    return keys
+
+
+def parse_plugin_options(model: type[ModelT], plugin: str, options: dict[str, Any]) -> ModelT:
+    """``options`` (a plugin's ``discovery.<plugin>`` section of the ``--config`` file)
+    validated into ``model``, a pydantic model the plugin defines.
+
+    Unknown keys are errors even when ``model`` would ignore extras (a typo must not be
+    silently dropped). Raises ``ValueError`` naming the config section and the field, e.g.
+    ``discovery.net.naming: Input should be 'name' or 'mac'``; the loader turns it into a
+    :class:`~discovery.loader.PluginLoadError` for that plugin.
+    """
+    unknown = sorted(set(options) - _accepted_keys(model))
+    if unknown and model.model_config.get("extra") != "allow":
+        raise ValueError(f"discovery.{plugin}.{unknown[0]}: Extra inputs are not permitted "
+                         f"(known: {', '.join(sorted(model.model_fields)) or 'none'})")
+    try:
+        return model.model_validate(options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        raise ValueError(f"discovery.{plugin}.{loc}: {err['msg']}") from None
 
 
 @dataclass(frozen=True)
@@ -30,7 +64,9 @@ class DiscoveryContext:
 
     ``sysfs_root`` replaces ``/sys`` (tests pass a synthetic tree); ``dev_root`` replaces
     ``/dev``. ``options`` are the plugin's own settings from the ``--config`` file
-    (``discovery.<plugin name>`` section), untyped.
+    (``discovery.<plugin name>`` section) as plain YAML data; a plugin declares their type
+    with a pydantic model and reads them with :meth:`parse_options`. ``plugin_name`` is the
+    name the plugin was loaded under (the loader fills it in when it is empty).
     """
 
     driver_name: str
@@ -38,6 +74,15 @@ class DiscoveryContext:
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
     options: dict[str, Any] = field(default_factory=dict)
+    plugin_name: str = ""
+
+    def parse_options(self, model: type[ModelT]) -> ModelT:
+        """This plugin's ``options`` validated into ``model`` (typed: returns a ``model``).
+
+        Call it in ``__init__``: an invalid section then stops the agent at start-up with
+        ``discovery plugin 'NAME': discovery.NAME.FIELD: ...``. Unknown keys are errors.
+        Raises ``ValueError`` (see :func:`parse_plugin_options`)."""
+        return parse_plugin_options(model, self.plugin_name or "<plugin>", self.options)
 
     @property
     def default_pool(self) -> str:
@@ -77,6 +122,16 @@ class DeviceRequest(BaseModel):
     admin_access: bool = False
     config: BaseModel | None = None
     consumed_capacity: dict[str, str] = Field(default_factory=dict)
+
+    def config_as(self, model: type[ModelT]) -> ModelT | None:
+        """``config`` typed as the plugin's ``config_model`` (None when the claim carries no
+        opaque config for this request). Raises ``TypeError`` when it is another model."""
+        if self.config is None:
+            return None
+        if not isinstance(self.config, model):
+            raise TypeError(f"opaque config is a {type(self.config).__name__}, "
+                            f"not a {model.__name__}")
+        return self.config
 
 
 class Condition(BaseModel):

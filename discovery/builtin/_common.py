@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from discovery.model import DeviceAttribute
+from discovery.plugin import parse_plugin_options
 
 MAX_STRING_BYTES = 64
 """DeviceAttributeMaxValueLength: string and version values, UTF-8 bytes (resource.k8s.io/v1)."""
@@ -33,13 +34,6 @@ def put(
 
 
 def parse_options(model: type[BaseModel], plugin: str, options: dict[str, Any]) -> Any:
-    """Validate a plugin's options strictly (the model forbids unknown keys).
-
-    Raises ``ValueError`` naming the plugin's config section and the field, e.g.
-    ``discovery.net.naming: Input should be 'name' or 'mac'``."""
-    try:
-        return model.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        raise ValueError(f"discovery.{plugin}.{loc}: {err['msg']}") from None
+    """The public :func:`discovery.plugin.parse_plugin_options` (kept for the built-ins;
+    vendors call ``context.parse_options(Model)``)."""
+    return parse_plugin_options(model, plugin, options)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from cdi.names import DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT  # the one home of the name rules
 from plugin.slices import fielderrors as fe
 from plugin.slices.fielderrors import FieldError
 
-DNS_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS_SUBDOMAIN_FMT: Final = DNS_LABEL_FMT + r"(\." + DNS_LABEL_FMT + ")*"
 C_IDENTIFIER_FMT: Final = "[A-Za-z_][A-Za-z0-9_]*"
 LABEL_NAME_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 LABEL_VALUE_FMT: Final = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"

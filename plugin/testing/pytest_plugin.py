@@ -1,10 +1,8 @@
 """pytest fixtures for the fake kubelet.
 
-Use from a ``conftest.py``::
-
-    from plugin.testing.pytest_plugin import fake_kubelet, fake_kubelet_factory  # noqa: F401
-
-or, in the root conftest, ``pytest_plugins = ["plugin.testing.pytest_plugin"]``.
+Registered through the ``pytest11`` entry point ``drakit`` (pyproject.toml), so every pytest
+run in an environment where drakit is installed has them: no import in a ``conftest.py``.
+(``pytest -p no:drakit`` turns them off.)
 
 - ``short_tmp_path``: ``tmp_path`` reached through a short symlink (``/tmp/drakit-XXXX/t``).
   A unix socket path may have at most 107 bytes and pytest's ``tmp_path`` alone can use 70

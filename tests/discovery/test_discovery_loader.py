@@ -6,16 +6,20 @@ import importlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import BaseModel
 
 from discovery import (
     DiscoveryContext,
     DiscoveryPlugin,
     PluginLoadError,
+    Pool,
     available_plugins,
     load_plugin_class,
     load_plugins,
+    parse_plugin_options,
 )
 from discovery.builtin.example import ExampleDiscovery
 from discovery.builtin.net import NetDiscovery
@@ -116,3 +120,99 @@ def test_entry_points(tiny_dist: Path, make_ctx: Ctx) -> None:
 def test_invalid_options_name_plugin_and_field(make_ctx: Ctx) -> None:
     with pytest.raises(PluginLoadError, match=r"'pci'.*discovery\.pci\.vendors"):
         load_plugins(["pci"], lambda name: make_ctx(vendors=["zz"]))
+
+
+OTHER_SOURCE = '''
+from discovery import DiscoveryPlugin
+
+class OtherTiny(DiscoveryPlugin):
+    name = "tiny"
+    def discover(self):
+        return []
+'''
+
+
+def _dist(site: Path, module: str, dist: str, version: str, source: str, entry: str) -> None:
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[drakit.discovery]\n{entry}\n")
+
+
+def test_same_name_from_two_distributions_is_an_error_naming_both(
+    tiny_dist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_ctx: Ctx,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    site2 = tmp_path / "site2"
+    site2.mkdir()
+    _dist(site2, "other_vendor", "other-vendor", "2.0", OTHER_SOURCE,
+          "tiny = other_vendor:OtherTiny")
+    monkeypatch.syspath_prepend(str(site2))
+    importlib.invalidate_caches()
+    try:
+        with pytest.raises(PluginLoadError) as e:
+            load_plugins(["tiny"], lambda name: make_ctx())
+        msg = str(e.value)
+        assert "'tiny'" in msg
+        assert "tiny-vendor 1.0 (tiny_vendor:TinyDiscovery)" in msg
+        assert "other-vendor 2.0 (other_vendor:OtherTiny)" in msg
+        # whichever sys.path order: never first-wins
+        monkeypatch.syspath_prepend(str(tiny_dist))
+        importlib.invalidate_caches()
+        with pytest.raises(PluginLoadError, match=r"other-vendor 2\.0"):
+            load_plugin_class("tiny")
+        assert "tiny" not in available_plugins()
+        assert "registered by 2 installed distributions" in caplog.text
+        # the other names of the first distribution still load; module:Class still works
+        assert load_plugin_class("broken").__name__ == "Broken"
+        assert load_plugin_class("other_vendor:OtherTiny").__name__ == "OtherTiny"
+    finally:
+        sys.modules.pop("other_vendor", None)
+
+
+def test_the_same_distribution_twice_on_sys_path_is_no_conflict(
+    tiny_dist: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tiny_dist))  # now on sys.path twice
+    sys.path.append(str(tiny_dist))
+    try:
+        importlib.invalidate_caches()
+        assert load_plugin_class("tiny").__name__ == "TinyDiscovery"
+    finally:
+        sys.path.remove(str(tiny_dist))
+
+
+class _TypedOptions(BaseModel):
+    mode: Literal["fast", "safe"] = "safe"
+    limit: int = 4
+
+
+class _TypedPlugin(DiscoveryPlugin):
+    name = "typed"
+
+    def __init__(self, context: DiscoveryContext) -> None:
+        super().__init__(context)
+        self.options = context.parse_options(_TypedOptions)
+
+    def discover(self) -> list[Pool]:
+        return []
+
+
+def test_a_vendor_plugin_declares_typed_options(make_ctx: Ctx) -> None:
+    spec = f"{__name__}:_TypedPlugin"
+    [p] = load_plugins([spec], lambda name: make_ctx(mode="fast", limit="7"))
+    assert isinstance(p, _TypedPlugin)
+    assert p.options == _TypedOptions(mode="fast", limit=7)
+    assert p.context.plugin_name == "typed"  # filled in by the loader
+    with pytest.raises(PluginLoadError, match=r"'typed'.*discovery\.typed\.mode: Input should"):
+        load_plugins([spec], lambda name: make_ctx(mode="turbo"))
+    # the model ignores extras by default; drakit refuses them (a typo must not vanish)
+    with pytest.raises(PluginLoadError, match=r"discovery\.typed\.limt: Extra inputs"):
+        load_plugins([spec], lambda name: make_ctx(limt=3))
+
+
+def test_parse_plugin_options_is_the_builtins_rule() -> None:
+    with pytest.raises(ValueError, match=r"^discovery\.acme\.limit: Input should be a valid"):
+        parse_plugin_options(_TypedOptions, "acme", {"limit": "many"})
+    assert parse_plugin_options(_TypedOptions, "acme", {}) == _TypedOptions()

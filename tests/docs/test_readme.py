@@ -30,3 +30,24 @@ def test_readme_vendor_example(tmp_path: Path) -> None:
         test_ns["test_acme"](tmp_path)  # type: ignore[operator]
     finally:
         del sys.modules["readme_acme"]
+
+
+def test_readme_plugin_example_passes_mypy_strict(tmp_path: Path) -> None:
+    """The vendor example type-checks under ``mypy --strict`` with no project config (what a
+    vendor's own CI would run). MYPYPATH points at this checkout because an editable install
+    reaches drakit through an import hook mypy cannot follow; ``--follow-imports silent``
+    then treats drakit as mypy treats an installed package (its types used, its own
+    findings not reported)."""
+    import os
+    import subprocess
+
+    plugin_src = python_blocks()[0]
+    (tmp_path / "acme_plugin.py").write_text(plugin_src)
+    env = {**os.environ, "MYPYPATH": str(README.parent)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--config-file", os.devnull,
+         "--follow-imports", "silent", "--cache-dir", str(tmp_path / ".mypy_cache"),
+         "acme_plugin.py"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Success: no issues found in 1 source file" in proc.stdout

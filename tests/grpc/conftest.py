@@ -10,11 +10,6 @@ import pytest
 from dra_grpc_stubs import DRIVER, StubHealthSource, StubNodeService
 
 from plugin.grpc import PluginServer
-from plugin.testing.pytest_plugin import (  # noqa: F401
-    fake_kubelet,
-    fake_kubelet_factory,
-)
-from plugin.testing.pytest_plugin import short_tmp_path as short_tmp_path
 from plugin.types import DeviceHealthEntry
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -31,7 +33,8 @@ def _load_gen_proto() -> ModuleType:
 def test_committed_stubs_are_not_stale() -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts/gen_proto.py"), "--check"],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
+        # the first run on a machine creates the pinned grpcio-tools venv (pip, ≤ 600 s)
+        capture_output=True, text=True, timeout=900, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -111,3 +114,54 @@ def test_health_service_identity(module: ModuleType, package: str) -> None:
     }
     enum = module.DESCRIPTOR.enum_types_by_name["HealthStatus"]
     assert {v.name: v.number for v in enum.values} == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+
+
+def _floor(requirement: str) -> str:
+    """The ``>=`` version of ``name>=X,...`` among pyproject's dependencies."""
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dep in deps:
+        name, _, spec = dep.partition(">=")
+        if name.strip() == requirement:
+            return spec.split(",")[0].strip()
+    raise AssertionError(f"{requirement} has no >= floor in pyproject.toml")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def test_dependency_floors_are_the_gencode_versions() -> None:
+    """Stubs refuse a runtime older than their generator, so the floors in pyproject.toml
+    are exactly the generator's gencode versions (and the pinned grpcio-tools emits them)."""
+    pb2 = sorted((REPO / "plugin/_proto").rglob("*_pb2.py"))
+    grpc_files = sorted((REPO / "plugin/_proto").rglob("*_pb2_grpc.py"))
+    assert len(pb2) == len(grpc_files) == 5
+    pb_versions = {re.search(r"# Protobuf Python Version: (\S+)", p.read_text())[1]  # type: ignore[index]
+                   for p in pb2}
+    grpc_versions = {re.search(r"GRPC_GENERATED_VERSION = '(\S+)'", p.read_text())[1]  # type: ignore[index]
+                     for p in grpc_files}
+    assert pb_versions == {_floor("protobuf")}
+    assert grpc_versions == {_floor("grpcio")} == {_load_gen_proto().GRPCIO_TOOLS_VERSION}
+    assert _floor("grpcio-health-checking") == _floor("grpcio")
+    # the floor the issue asks for: late-2024 runtimes (protobuf 5.29, grpcio 1.66) qualify
+    assert _version_tuple(_floor("protobuf")) <= (5, 29, 0)
+    assert _version_tuple(_floor("grpcio")) <= (1, 66, 0)
+
+
+def test_stubs_load_on_this_runtime_without_a_version_error() -> None:
+    """A fresh interpreter imports every stub module (the runtime's version guard runs at
+    import) and builds a message: the floor venv and the newest venv both run this."""
+    code = (
+        "import importlib, pathlib, warnings\n"
+        "warnings.simplefilter('error')\n"
+        # protobuf 6.x accepts 5.x gencode with this notice (inside its rolling window)
+        "warnings.filterwarnings('default', message='.*one major version older')\n"
+        "import plugin._proto.dra.v1.api_pb2 as m\n"
+        "for p in sorted(pathlib.Path('plugin/_proto').rglob('api_pb2*.py')):\n"
+        "    importlib.import_module('.'.join(p.with_suffix('').parts))\n"
+        "c = m.Claim(namespace='ns', uid='u', name='n')\n"
+        "assert m.Claim.FromString(c.SerializeToString()) == c\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr

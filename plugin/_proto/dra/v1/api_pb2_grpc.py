@@ -5,7 +5,7 @@ import warnings
 
 from plugin._proto.dra.v1 import api_pb2 as plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in plugin/_proto/dra/v1/api_pb2_grpc.py depends on'
+        + f' but the generated code in plugin/_proto/dra/v1/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class DRAPluginStub:
+class DRAPluginStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -46,7 +46,7 @@ class DRAPluginStub:
                 _registered_method=True)
 
 
-class DRAPluginServicer:
+class DRAPluginServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def NodePrepareResources(self, request, context):
@@ -84,7 +84,7 @@ def add_DRAPluginServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class DRAPlugin:
+class DRAPlugin(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -5,7 +5,7 @@ import warnings
 
 from plugin._proto.dra_health.v1alpha1 import api_pb2 as plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in plugin/_proto/dra_health/v1alpha1/api_pb2_grpc.py depends on'
+        + f' but the generated code in plugin/_proto/dra_health/v1alpha1/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class DRAResourceHealthStub:
+class DRAResourceHealthStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -41,7 +41,7 @@ class DRAResourceHealthStub:
                 _registered_method=True)
 
 
-class DRAResourceHealthServicer:
+class DRAResourceHealthServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def NodeWatchResources(self, request, context):
@@ -68,7 +68,7 @@ def add_DRAResourceHealthServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class DRAResourceHealth:
+class DRAResourceHealth(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -1,8 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Optional as _Optional
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -28,7 +27,7 @@ class RegistrationStatus(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     plugin_registered: bool
     error: str
-    def __init__(self, plugin_registered: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    def __init__(self, plugin_registered: bool = ..., error: _Optional[str] = ...) -> None: ...
 
 class RegistrationStatusResponse(_message.Message):
     __slots__ = ()
