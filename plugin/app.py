@@ -26,7 +26,7 @@ from plugin.checkpoint import Checkpoint, CheckpointError
 from plugin.config import Settings
 from plugin.grpc.server import PluginServer
 from plugin.inventory import Inventory
-from plugin.metrics import Metrics
+from plugin.metrics import Metrics, drop_kind
 from plugin.node import NodeLogic
 from plugin.orphans import OrphanSweeper
 from plugin.resourceapi import ResourceAPI, describe
@@ -154,7 +154,7 @@ class App:
             s.node_name,
             strict=s.strict,
             resync_period=s.resync_seconds,
-            on_validation_issue=lambda _i: self.metrics.validation_drop(),
+            on_validation_issue=lambda i: self.metrics.validation_drop(drop_kind(i.action)),
             on_write=lambda verb, _pool: self.metrics.slice_write(verb),
             on_error=lambda _e: self.metrics.publish_errors.inc(),
         )
