@@ -270,3 +270,32 @@ def test_rendering_passes_server_dry_run(helm: str, real_apiserver: Any, case: s
     lines = [line for line in r.stdout.splitlines() if line.strip()]
     assert len(lines) == len(docs) and all(line.endswith("(server dry run)") for line in lines), (
         r.stdout)
+
+
+@pytest.mark.parametrize("bad,field", [
+    ("logFormat=xml", "logFormat"),
+    ("verbosity=-1", "verbosity"),
+    ("metrics.port=70000", "port"),
+    ("driverName=Not_A_DNS_Name", "driverName"),
+    ("kubeletRootDir=relative/dir", "kubeletRootDir"),
+])
+def test_values_schema_rejects_bad_values(helm: str, bad: str, field: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        render(helm, "discovery.plugins={pci}", bad)
+    assert field in e.value.stderr
+
+
+def test_default_values_and_base_values_fit_the_schema() -> None:
+    """values.yaml and the kustomize base's values satisfy values.schema.json (what helm
+    checks on install); no helm needed."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(defaults, schema)
+    base_values = yaml.safe_load(gen.VALUES.read_text())
+    jsonschema.validate({**defaults, **base_values}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**defaults, "logFormat": "xml"}, schema)
