@@ -6,7 +6,8 @@
 The base is ``helm template drakit deploy/helm/drakit --namespace drakit`` with
 deploy/helm/kustomize-base.values.yaml, split into one file per chart template (the file
 names deploy/kustomize/base/kustomization.yaml lists). The chart's comments carry over.
-helm is looked up as $HELM, on PATH, then in scripts/build-k8s.sh's cache.
+helm is looked up as $HELM, in $DRAKIT_K8S_BIN, on PATH, then in scripts/build-k8s.sh's
+cache.
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ _SOURCE = re.compile(r"^---\n# Source: [^/\n]+/templates/([^\n]+)\n", re.M)
 
 
 def find_helm() -> str | None:
-    """The helm binary: $HELM, PATH, or ~/.cache/drakit/k8s-v*/bin/helm (newest)."""
+    """The helm binary: $HELM, $DRAKIT_K8S_BIN/helm, PATH, or
+    ~/.cache/drakit/k8s-v*/bin/helm (newest)."""
     if os.environ.get("HELM"):
         return os.environ["HELM"]
+    k8s_bin = os.environ.get("DRAKIT_K8S_BIN")
+    if k8s_bin and (Path(k8s_bin) / "helm").is_file():
+        return str(Path(k8s_bin) / "helm")
     found = shutil.which("helm")
     if found:
         return found
