@@ -42,10 +42,6 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-class _Server(ThreadingWSGIServer):
-    pass
-
-
 class _IPv6Server(ThreadingWSGIServer):
     address_family = socket.AF_INET6
 
@@ -106,7 +102,7 @@ class HTTPEndpoint:
     def __init__(self, endpoint: str, app: _Readiness) -> None:
         host, port = parse_endpoint(endpoint)
         self.app = app
-        server_cls = _IPv6Server if ":" in host else _Server
+        server_cls = _IPv6Server if ":" in host else ThreadingWSGIServer
         try:
             self.server = make_server(host, port, endpoint_app(app), server_class=server_cls,
                                       handler_class=_QuietHandler)
