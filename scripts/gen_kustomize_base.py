@@ -27,6 +27,7 @@ CHART = REPO / "deploy" / "helm" / "drakit"
 VALUES = REPO / "deploy" / "helm" / "kustomize-base.values.yaml"
 BASE = REPO / "deploy" / "kustomize" / "base"
 RELEASE = NAMESPACE = "drakit"
+KUBE_VERSION = "1.37.0"
 HEADER = ("# Generated from deploy/helm/drakit/templates/{name} by scripts/gen_kustomize_base.py"
           "\n# (values: deploy/helm/kustomize-base.values.yaml). Edit the chart, then rerun it.\n")
 _SOURCE = re.compile(r"^---\n# Source: [^/\n]+/templates/([^\n]+)\n", re.M)
@@ -51,7 +52,9 @@ def find_helm() -> str | None:
 def render(helm: str, values: list[Path] | None = None, namespace: str = NAMESPACE,
            release: str = RELEASE, set_values: tuple[str, ...] = ()) -> str:
     """``helm template`` output; CalledProcessError (with helm's stderr) on failure."""
-    argv = [helm, "template", release, str(CHART), "--namespace", namespace]
+    # the chart requires Kubernetes 1.34+ (kubeVersion); offline, helm assumes v1.20
+    argv = [helm, "template", release, str(CHART), "--namespace", namespace,
+            "--kube-version", KUBE_VERSION]
     for v in values or []:
         argv += ["-f", str(v)]
     for s in set_values:
