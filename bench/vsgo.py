@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.claims import CALLERS, ClaimBench, _fan_out, latency_ms, throughput
-from bench.env import BenchConfig, agent, agent_pid, cpu_seconds, example_options, rss_mb
+from bench.env import (
+    BenchConfig,
+    agent,
+    agent_pid,
+    cpu_seconds,
+    example_options,
+    fsync_floor_ms,
+    rss_mb,
+)
 from bench.figures import SPECS, Result, fmt
 from bench.godriver import ensure_go_driver, go_agent
 from bench.stats import percentile, summarize
@@ -60,6 +68,7 @@ class Arm:
     pid: int
     devices: list[tuple[str, str]]
     writes_status: bool
+    cdi_dir: Path
 
 
 @dataclass
@@ -103,12 +112,13 @@ def _arm(cfg: BenchConfig, name: str, binary: Path | None, n: int) -> Iterator[A
         with agent(cfg, "vsgo-", plugin_options=example_options(n)) as h:
             _wait(lambda: len(h.devices()) >= n, 60, f"{n} drakit devices published")
             yield Arm(ClaimBench(h.kubelet, h.apiserver, h.driver_name), agent_pid(h),
-                      h.devices(), writes_status=True)
+                      h.devices(), writes_status=True, cdi_dir=h.cdi_dir)
         return
     assert binary is not None
     with go_agent(cfg, binary, devices=n, write_status=name == "go_status") as g:
         _wait(lambda: len(g.devices()) >= n, 60, f"{n} Go devices published")
-        yield Arm(g.bench, g.pid, g.devices(), writes_status=name == "go_status")
+        yield Arm(g.bench, g.pid, g.devices(), writes_status=name == "go_status",
+                  cdi_dir=g.cdi_dir)
 
 
 def _round(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
@@ -119,9 +129,12 @@ def _round(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
     _settle_status(bench)
     calls = cfg.scale(300, 10)
     claims = bench.claims(f"lat{r}", [arm.devices[0]] * calls)
+    floor = fsync_floor_ms(arm.cdi_dir, cfg.scale(10, 2))
     c0 = cpu_seconds(pid)
     prep, unprep = latency_ms(bench, claims)
     _settle_status(bench)
+    floor += fsync_floor_ms(arm.cdi_dir, cfg.scale(10, 2))
+    out.add("fsync_floor", name, percentile(floor, 50))
     out.add("vsgo_claim_cpu", name, (cpu_seconds(pid) - c0) / calls * 1000)
     out.add("vsgo_prepare_p50", name, percentile(prep, 50))
     out.add("vsgo_prepare_p99", name, percentile(prep, 99))
@@ -174,6 +187,15 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
             with _arm(cfg, name, binary, n) as arm:
                 _round(cfg, arm, name, r, samples)
     results = _results(samples, list(FIGURES), rounds)
+    floors = samples.values.get("fsync_floor", {})
+    results[0].extra["fsync_floor_ms"] = {a: [round(x, 3) for x in v] for a, v in floors.items()}
+    every = [x for v in floors.values() for x in v]
+    if every:
+        f = percentile(every, 50)
+        results[0].notes.append(
+            f"floor in these rounds: atomic_write of 1 KiB (write, fsync, rename, dir fsync) "
+            f"{f:.2f} ms median, probed in each arm's CDI dir around its latency round; both "
+            f"drivers make 3 per prepare = {3 * f:.2f} ms")
     results[0].notes.append(
         f"per-round ratios drakit / Go driver with status ({rounds} rounds, arms in rotated "
         f"order, a fresh agent per arm and round, {n} devices); the Go driver applies "
