@@ -1,4 +1,7 @@
-"""The figures of ``make bench``: names, goals (issue 9) and measured results."""
+"""The figures of ``make bench``: names, goals (issues 9 and 18) and measured results.
+
+The ``vsgo_*`` figures are ratios drakit / Go reference driver (``bench/vsgo.py``); their
+goals (issue 18) are on the median of the per-round ratios."""
 
 from __future__ import annotations
 
@@ -84,6 +87,21 @@ SPECS: dict[str, FigureSpec] = {
                    Goal("report")),
         FigureSpec("pydra_throughput", "kubernetes-pydra: throughput, 256 claims / 16 callers",
                    "claims/s", Goal("report")),
+        FigureSpec("vsgo_prepare_p50", "drakit/Go+status, prepare p50 (1 claim x 1 device)", "x",
+                   Goal("<=", 1.0)),
+        FigureSpec("vsgo_prepare_p99", "drakit/Go+status, prepare p99", "x", Goal("<=", 1.2)),
+        FigureSpec("vsgo_unprepare_p50", "drakit/Go+status, unprepare p50", "x", Goal("<=", 1.0)),
+        FigureSpec("vsgo_unprepare_p99", "drakit/Go+status, unprepare p99", "x", Goal("report")),
+        FigureSpec("vsgo_claim_cpu", "drakit/Go+status, agent CPU per prepare + unprepare", "x",
+                   Goal("<=", 1.5)),
+        FigureSpec("vsgo_rss_idle", "drakit/Go+status, RSS idle, 1,000 devices", "x",
+                   Goal("<=", 1.3)),
+        FigureSpec("vsgo_rss_loaded", "drakit/Go+status, RSS, 1,000 devices + 1,000 claims", "x",
+                   Goal("<=", 1.3)),
+        FigureSpec("vsgo_throughput", "drakit/Go+status, throughput, 256 claims / 16 callers", "x",
+                   Goal(">=", 1.5)),
+        FigureSpec("vsgo_publish_cold_10k", "drakit/Go+status, cold publish of 10,000 devices", "x",
+                   Goal("<=", 0.8)),
         FigureSpec("ratio_prepare_p50", "pydra / drakit, prepare p50 latency", "x",
                    Goal("report")),
         FigureSpec("ratio_throughput", "drakit / pydra, prepare throughput", "x",

@@ -39,7 +39,7 @@ class Group:
 
 
 def _groups() -> list[Group]:
-    from bench import claims, discovery, hotplug, process, publish, pydra
+    from bench import claims, discovery, hotplug, process, publish, pydra, vsgo
 
     return [
         Group("claims", ("prepare_p50", "prepare_p99", "unprepare_p50", "unprepare_p99",
@@ -52,6 +52,8 @@ def _groups() -> list[Group]:
         Group("hotplug", ("hotplug",), hotplug.run_hotplug),
         Group("pydra", ("pydra_prepare_p50", "pydra_prepare_p99", "pydra_unprepare_p50",
                         "pydra_throughput"), pydra.run_pydra),
+        Group("go", tuple(vsgo.FIGURES), vsgo.run_vsgo),
+        Group("go_publish", (vsgo.PUBLISH_FIGURE,), vsgo.run_vsgo_publish),
     ]
 
 
@@ -158,6 +160,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         results[r.name] = r
     ordered = [results[n] for n in SPECS if n in results]
     print(table(ordered))
+    from bench.vsgo import side_by_side
+
+    versus = side_by_side(results)
+    if versus:
+        print("\ndrakit vs the Go reference driver (bench/go; median and range over rounds):\n")
+        print(versus)
     notes = [f"{r.name}: {n}" for r in ordered for n in r.notes]
     if notes:
         print("\nnotes:")

@@ -1,0 +1,265 @@
+"""drakit against the Go reference driver (``bench/go``, issue 18), side by side in one run.
+
+Three arms, each a fresh agent per round behind its own fake kubelet and embedded API server
+(all in this process, as in the claims group): ``drakit`` (``drakit run``, example
+discoverer with 1,000 generated devices), ``go_status`` (the Go driver on
+``k8s.io/dynamic-resource-allocation`` v0.37.2 applying AllocatedDeviceStatus in prepare and
+unprepare) and ``go`` (the same without status). Arms run one after the other within a
+round, in an order rotated every round, so a slow moment of the shared machine hits every arm.
+
+Per round and arm: RSS idle (1,000 devices published, no claim, 1 s after the publish);
+300 sequential prepare → unprepare pairs (1 claim x 1 device) after 30 warm-up pairs:
+prepare p50 / p99, unprepare p50 / p99 at the fake kubelet and the agent's CPU per pair
+(counted until its status writes stopped); one throughput burst (256 claims, 16 callers);
+RSS with 1,000 claims prepared. Cold publish: per round a fresh drakit and a fresh Go agent
+with 10,000 devices, from spawn until every device is in a ResourceSlice.
+
+Each ``vsgo_*`` figure's samples are the per-round ratios drakit / Go-with-status (its goal
+from issue 18); ``extra`` keeps every arm's per-round values and the ratios to Go without
+status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.claims import CALLERS, ClaimBench, _fan_out, latency_ms, throughput
+from bench.env import (
+    BenchConfig,
+    agent,
+    agent_pid,
+    cpu_seconds,
+    example_options,
+    fsync_floor_ms,
+    rss_mb,
+)
+from bench.figures import SPECS, Result, fmt
+from bench.godriver import ensure_go_driver, go_agent
+from bench.stats import percentile, summarize
+
+ARMS = ("drakit", "go_status", "go")
+ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no status)"}
+
+#: figure → unit of the arms' values (the figure itself is a ratio)
+FIGURES: dict[str, str] = {
+    "vsgo_prepare_p50": "ms",
+    "vsgo_prepare_p99": "ms",
+    "vsgo_unprepare_p50": "ms",
+    "vsgo_unprepare_p99": "ms",
+    "vsgo_claim_cpu": "ms",
+    "vsgo_rss_idle": "MB",
+    "vsgo_rss_loaded": "MB",
+    "vsgo_throughput": "claims/s",
+}
+PUBLISH_FIGURE = "vsgo_publish_cold_10k"
+#: How the vsgo figures' titles start in the main table.
+TITLE_PREFIX = "drakit/Go+status, "
+
+
+@dataclass
+class Arm:
+    """What a round needs of a running agent, whichever implementation."""
+
+    bench: ClaimBench
+    pid: int
+    devices: list[tuple[str, str]]
+    writes_status: bool
+    cdi_dir: Path
+
+
+@dataclass
+class Samples:
+    """Per figure, per arm: one value per round."""
+
+    values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def add(self, figure: str, arm: str, value: float) -> None:
+        self.values.setdefault(figure, {}).setdefault(arm, []).append(value)
+
+
+def _status_writes(bench: ClaimBench) -> int:
+    return bench.apiserver.write_counts()["resourceclaims/status"]
+
+
+def _settle_status(bench: ClaimBench, quiet: float = 0.3, timeout: float = 5.0) -> None:
+    """Wait until no status write landed for ``quiet`` seconds (at most ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    last, since = _status_writes(bench), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = _status_writes(bench)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _arm(cfg: BenchConfig, name: str, binary: Path | None, n: int) -> Iterator[Arm]:
+    if name == "drakit":
+        with agent(cfg, "vsgo-", plugin_options=example_options(n)) as h:
+            _wait(lambda: len(h.devices()) >= n, 60, f"{n} drakit devices published")
+            yield Arm(ClaimBench(h.kubelet, h.apiserver, h.driver_name), agent_pid(h),
+                      h.devices(), writes_status=True, cdi_dir=h.cdi_dir)
+        return
+    assert binary is not None
+    with go_agent(cfg, binary, devices=n, write_status=name == "go_status") as g:
+        _wait(lambda: len(g.devices()) >= n, 60, f"{n} Go devices published")
+        yield Arm(g.bench, g.pid, g.devices(), writes_status=name == "go_status",
+                  cdi_dir=g.cdi_dir)
+
+
+def _round(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
+    bench, pid = arm.bench, arm.pid
+    time.sleep(1.0)
+    out.add("vsgo_rss_idle", name, percentile([rss_mb(pid) for _ in range(3)], 50))
+    latency_ms(bench, bench.claims(f"warm{r}", [arm.devices[0]] * cfg.scale(30, 3)))
+    _settle_status(bench)
+    calls = cfg.scale(300, 10)
+    claims = bench.claims(f"lat{r}", [arm.devices[0]] * calls)
+    floor = fsync_floor_ms(arm.cdi_dir, cfg.scale(10, 2))
+    c0 = cpu_seconds(pid)
+    prep, unprep = latency_ms(bench, claims)
+    _settle_status(bench)
+    floor += fsync_floor_ms(arm.cdi_dir, cfg.scale(10, 2))
+    out.add("fsync_floor", name, percentile(floor, 50))
+    out.add("vsgo_claim_cpu", name, (cpu_seconds(pid) - c0) / calls * 1000)
+    out.add("vsgo_prepare_p50", name, percentile(prep, 50))
+    out.add("vsgo_prepare_p99", name, percentile(prep, 99))
+    out.add("vsgo_unprepare_p50", name, percentile(unprep, 50))
+    out.add("vsgo_unprepare_p99", name, percentile(unprep, 99))
+    n_tp = cfg.scale(256, 32)
+    tp = throughput(bench, bench.claims(f"tp{r}", arm.devices[:n_tp]), pid=pid,
+                    expect_status=arm.writes_status)
+    out.add("vsgo_throughput", name, tp.rate)
+    _settle_status(bench)
+    loaded = bench.claims(f"mem{r}", arm.devices)
+    before = _status_writes(bench)
+    _fan_out(bench.prepare, loaded, CALLERS, 300.0)
+    if arm.writes_status:
+        _wait(lambda: _status_writes(bench) - before >= len(loaded), 120,
+              "AllocatedDeviceStatus of every loaded claim")
+    time.sleep(0.5)
+    out.add("vsgo_rss_loaded", name, percentile([rss_mb(pid) for _ in range(5)], 50))
+
+
+def _order(r: int) -> list[str]:
+    k = r % len(ARMS)
+    return list(ARMS[k:] + ARMS[:k])
+
+
+def _results(samples: Samples, figures: Sequence[str], rounds: int) -> list[Result]:
+    out = []
+    for name in figures:
+        per_arm = samples.values.get(name, {})
+        d, gs, g = (per_arm.get(a, []) for a in ARMS)
+        n = min(len(d), len(gs))
+        r = Result(name, samples=[d[i] / gs[i] for i in range(n) if gs[i] > 0])
+        r.extra.update({a: [round(x, 4) for x in per_arm.get(a, [])] for a in ARMS})
+        r.extra["ratio_vs_go"] = [round(d[i] / g[i], 4)
+                                  for i in range(min(len(d), len(g))) if g[i] > 0]
+        r.extra["rounds"] = rounds
+        out.append(r)
+    return out
+
+
+def run_vsgo(cfg: BenchConfig) -> list[Result]:
+    binary, reason = ensure_go_driver()
+    if binary is None:
+        return [Result(n, skipped=reason) for n in FIGURES]
+    n = cfg.scale(1000, 64)
+    rounds = cfg.scale(3, 1)
+    samples = Samples()
+    for r in range(rounds):
+        for name in _order(r):
+            with _arm(cfg, name, binary, n) as arm:
+                _round(cfg, arm, name, r, samples)
+    results = _results(samples, list(FIGURES), rounds)
+    floors = samples.values.get("fsync_floor", {})
+    results[0].extra["fsync_floor_ms"] = {a: [round(x, 3) for x in v] for a, v in floors.items()}
+    every = [x for v in floors.values() for x in v]
+    if every:
+        f = percentile(every, 50)
+        results[0].notes.append(
+            f"floor in these rounds: atomic_write of 1 KiB (write, fsync, rename, dir fsync) "
+            f"{f:.2f} ms median, probed in each arm's CDI dir around its latency round; both "
+            f"drivers make 3 per prepare = {3 * f:.2f} ms")
+    results[0].notes.append(
+        f"per-round ratios drakit / Go driver with status ({rounds} rounds, arms in rotated "
+        f"order, a fresh agent per arm and round, {n} devices); the Go driver applies "
+        "AllocatedDeviceStatus inside the call, drakit in the background")
+    return results
+
+
+def run_vsgo_publish(cfg: BenchConfig) -> list[Result]:
+    binary, reason = ensure_go_driver()
+    if binary is None:
+        return [Result(PUBLISH_FIGURE, skipped=reason)]
+    n = cfg.scale(10_000, 500)
+    samples = Samples()
+    for r in range(cfg.scale(3, 1)):
+        for name in (("drakit", "go") if r % 2 == 0 else ("go", "drakit")):
+            t0 = time.monotonic()
+            # _arm waits until every device is in a ResourceSlice
+            with _arm(cfg, name, binary, n):
+                samples.add(PUBLISH_FIGURE, name, time.monotonic() - t0)
+    # the status switch does not change publishing: the Go arm stands for both
+    per_arm = samples.values[PUBLISH_FIGURE]
+    per_arm["go_status"] = list(per_arm["go"])
+    res = _results(samples, [PUBLISH_FIGURE], cfg.scale(3, 1))[0]
+    res.notes.append(f"spawn until all {n} devices are in ResourceSlices (incl. start-up), "
+                     "drakit / Go (helper's ResourceSlice controller, 128 devices per slice)")
+    return [res]
+
+
+def side_by_side(results: dict[str, Result]) -> str:
+    """The Markdown table drakit | Go + status | ratio (median, range) | goal | verdict |
+    Go without status | ratio; "" when no vsgo figure was measured."""
+    rows = [("figure", "drakit", "Go + status", "drakit / Go+status", "goal", "verdict",
+             "Go (no status)", "drakit / Go")]
+    units = {**FIGURES, PUBLISH_FIGURE: "s"}
+    for name in [*FIGURES, PUBLISH_FIGURE]:
+        r = results.get(name)
+        if r is None:
+            continue
+        spec = SPECS[name]
+        title = spec.title.removeprefix(TITLE_PREFIX)
+        if r.summary is None:
+            rows.append((title, "-", "-", "-", spec.goal.text("x"), f"skipped: {r.skipped}",
+                         "-", "-"))
+            continue
+        unit = units[name]
+        rows.append((title, _cell(r.extra.get("drakit"), unit),
+                     _cell(r.extra.get("go_status"), unit),
+                     _cell(r.samples, "x"), spec.goal.text("x"), r.verdict,
+                     _cell(r.extra.get("go"), unit), _cell(r.extra.get("ratio_vs_go"), "x")))
+    if len(rows) == 1:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                     + " |")
+        if k == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _cell(values: Sequence[float] | None, unit: str) -> str:
+    if not values:
+        return "-"
+    s = summarize(list(values))
+    spread = f" ({fmt(s.min)}-{fmt(s.max)})" if s.n > 1 else ""
+    return f"{fmt(s.median)}{spread} {unit}".strip()
