@@ -307,6 +307,10 @@ class SlicePublisher:
         self._generate_name = slice_name_prefix(node_name, driver_name)
         self._local = _Scope("local", node_name)
         self._remote = _Scope("remote", "", f"{PUBLISHER_NODE_LABEL}={self._label_value}")
+        # each watch thread draws from a generator of its own (seeded from ``rng``), so the
+        # draws of each thread, and so the schedule, do not depend on thread timing
+        self._watch_rngs = {scope.name: random.Random(self._rng()).random
+                            for scope in (self._local, self._remote)}
 
         self._sync_lock = threading.Lock()      # one sync at a time
         self._cond = threading.Condition()      # guards the fields below
@@ -348,6 +352,14 @@ class SlicePublisher:
         """True while the background watch has a stream open."""
         with self._cond:
             return self._local.name in self._watches
+
+    @property
+    def next_syncs(self) -> tuple[float, float | None]:
+        """``time.monotonic()`` of the next periodic verification and of the next resync
+        asked for (after a change, a trigger or a failure; None when none is), for
+        metrics and tests."""
+        with self._cond:
+            return self._verify_at, self._pending_at
 
     @property
     def issues(self) -> list[ValidationIssue]:
@@ -447,6 +459,7 @@ class SlicePublisher:
             self._stopping.clear()
             if self._desired is not None:
                 self._pending_at = time.monotonic()
+            self._verify_at = time.monotonic() + _jittered(self._resync_period, self._rng)
             self._threads = [
                 threading.Thread(target=self._resync_loop, name="drakit-slices-resync",
                                  daemon=True),
@@ -814,11 +827,11 @@ class SlicePublisher:
                 self._pending_at = at
             self._cond.notify_all()
 
-    def _recovery_delay(self, failures: int) -> float:
+    def _recovery_delay(self, failures: int, rng: Callable[[], float]) -> float:
         """Full jitter: uniform up to the larger of ``recovery_spread`` and the backoff
         delay of attempt ``failures``, never below ``min_retry_delay``."""
-        cap = max(self._recovery_spread, self._backoff.delay(failures, self._rng))
-        return max(self._min_retry_delay, cap * self._rng())
+        cap = max(self._recovery_spread, self._backoff.delay(failures, rng))
+        return max(self._min_retry_delay, cap * rng())
 
     def _idle_watches(self, now: float) -> tuple[float, list[Any]]:
         """(the earliest time an open watch becomes idle, the watches idle now). Caller
@@ -836,8 +849,6 @@ class SlicePublisher:
         return due, idle
 
     def _resync_loop(self) -> None:
-        with self._cond:
-            self._verify_at = time.monotonic() + _jittered(self._resync_period, self._rng)
         failures = 0
         while True:
             idle: list[Any] = []
@@ -876,7 +887,7 @@ class SlicePublisher:
                 if self._stopping.is_set():
                     return
                 failures += 1
-                delay = self._recovery_delay(failures)
+                delay = self._recovery_delay(failures, self._rng)
                 log.warning("publishing ResourceSlices failed (%s); retrying in %.1fs", exc,
                             delay)
                 self._schedule(delay)
@@ -915,7 +926,8 @@ class SlicePublisher:
                 if not self._watchable(scope):
                     continue
                 rv = self._watch_rv[scope.name]
-            timeout = int(self._watch_timeout * (1 + self._rng()))
+            rng = self._watch_rngs[scope.name]
+            timeout = int(self._watch_timeout * (1 + rng()))
             after_failure = failures > 0
             try:
                 watch = self.api.watch_slices(self.driver, scope.node, rv, timeout,
@@ -944,8 +956,8 @@ class SlicePublisher:
                 for event in watch:
                     events += 1
                     self._on_event(scope, event)
-                if events == 0 and time.monotonic() - opened < 1.0 \
-                        and not self._stopping.is_set():
+                if events == 0 and not self._stopping.is_set() \
+                        and time.monotonic() - opened < min(1.0, self._watch_idle_timeout / 2):
                     raise ConnectionError("the watch ended at once")
             except Exception as exc:
                 if self._stopping.is_set():
@@ -973,7 +985,7 @@ class SlicePublisher:
                 self._view.stored(event.object)
         if own:
             return
-        delay = self._watch_delay + self._rng() * self._recovery_spread
+        delay = self._watch_delay + self._watch_rngs[scope.name]() * self._recovery_spread
         log.info("ResourceSlice %s %s by someone else; resync in %.1fs",
                  event.object.get("metadata", {}).get("name"), event.type.lower(), delay)
         self._schedule(delay)
@@ -985,7 +997,7 @@ class SlicePublisher:
             # the resourceVersion is gone: the resync loop lists again, right away when this
             # watch already followed a random reconnect delay, else after one
             delay = (self._watch_delay if after_failure
-                     else self._rng() * self._recovery_spread)
+                     else self._watch_rngs[scope.name]() * self._recovery_spread)
             with self._cond:
                 self._current[scope.name] = False
                 self._watch_rv[scope.name] = ""
@@ -994,7 +1006,8 @@ class SlicePublisher:
             self._schedule(delay)
             return 0
         failures += 1
-        delay = max(retry_after_seconds(exc) or 0.0, self._recovery_delay(failures))
+        delay = max(retry_after_seconds(exc) or 0.0,
+                    self._recovery_delay(failures, self._watch_rngs[scope.name]))
         log.warning("watching ResourceSlices failed (%s); again in %.1fs", describe(exc), delay)
         self._stopping.wait(delay)
         return failures
