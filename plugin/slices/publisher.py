@@ -94,6 +94,7 @@ from plugin.resourceapi import (
 from plugin.slices.compare import carry_time_added, content_key, differing_fields
 from plugin.slices.convert import api_version
 from plugin.slices.formats import is_label_value
+from plugin.slices.plan import plan_pool
 from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
 from plugin.slices.split import split_pool
 from plugin.slices.validate import SliceValidationError, ValidationIssue, validate_pools
@@ -431,6 +432,9 @@ class SlicePublisher:
             except Exception as exc:
                 with self._cond:
                     self._stats.publish_errors += 1
+                    # a write whose answer was lost may have been applied: the view is no
+                    # longer known to be current, the next sync lists again
+                    self._current.clear()
                     self._stats.last_error = str(exc)
                 if self._on_error is not None:
                     self._on_error(exc)
@@ -585,7 +589,6 @@ class SlicePublisher:
         if failures:
             raise PublishError(failures)
 
-
     def _server_key(self, obj: dict[str, Any]) -> str:
         """content_key of a listed slice's spec; reused while its uid and resourceVersion
         are the same (the API server changes resourceVersion at every write)."""
@@ -622,65 +625,34 @@ class SlicePublisher:
 
     def _sync_pool(self, pool: str, desired: _Desired, existing: list[dict[str, Any]],
                    owner: dict[str, Any] | None, counts: _Counts) -> None:
-        specs = desired.specs.get(pool)
-        if specs is None:
-            if pool in desired.protected:
-                return
-            self._run_writes([partial(self._delete, obj, pool, counts) for obj in existing])
-            with self._cond:
-                self._generations.pop(pool, None)
-            return
-        n = len(specs)
-        by_key: dict[str, list[dict[str, Any]]] = {}
-        for obj in sorted(existing, key=lambda o: o["metadata"]["name"]):
-            by_key.setdefault(self._server_key(obj), []).append(obj)
-        pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-        if existing:
-            for spec, key in zip(specs, desired.keys(pool), strict=True):
-                candidates = by_key.get(key) or (by_key.get(self._echo[key])
-                                                 if key in self._echo else None) or []
-                pairs.append((spec, candidates.pop(0) if candidates else None))
-        else:
-            pairs = [(spec, None) for spec in specs]
-        unmatched = sorted((o for objs in by_key.values() for o in objs),
-                           key=lambda o: o["metadata"]["name"])
-        gens = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
-        in_sync = (all(m is not None for _, m in pairs) and not unmatched and len(gens) == 1
-                   and all(o["spec"]["pool"].get("resourceSliceCount") == n for o in existing))
-        if in_sync:
-            with self._cond:
-                self._generations[pool] = next(iter(gens))
-            self._run_writes([partial(self._update, matched, matched["spec"], owner, pool, counts,
-                                      content=False)
-                              for _, matched in pairs
-                              if matched is not None and not self._metadata_ok(matched, owner)])
-            return
+        """Plan (:func:`~plugin.slices.plan.plan_pool`) and execute one pool's writes."""
         with self._cond:
             remembered = self._generations.get(pool, 0)
-        generation = max([*gens, remembered]) + 1
-        spare = unmatched
-        updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        creates: list[dict[str, Any]] = []
-        for spec, current in pairs:
-            full = {**spec, "pool": {**spec["pool"], "generation": generation}}
-            if current is None:
-                # spec.nodeName is immutable: reuse only a slice with the same one
-                reusable = [o for o in spare if o["spec"].get("nodeName") == full.get("nodeName")]
-                if reusable:
-                    current = reusable[0]
-                    spare.remove(current)
-            if current is None:
-                creates.append(full)
-            else:
-                updates.append((current, full))
-        self._run_writes([partial(self._delete, surplus, pool, counts) for surplus in spare])
-        self._run_writes([partial(self._update, current_obj, full, owner, pool, counts)
-                          for current_obj, full in updates])
-        self._run_writes([partial(self._create, full, owner, pool, counts) for full in creates])
+        plan = plan_pool(pool, desired.specs.get(pool), partial(desired.keys, pool), existing,
+                         protected=pool in desired.protected, key_of=self._server_key,
+                         echo=self._echo, remembered=remembered,
+                         metadata_ok=partial(self._metadata_ok, owner=owner))
+        if plan.in_sync:
+            if plan.generation is not None:
+                with self._cond:
+                    self._generations[pool] = plan.generation
+            self._run_writes([partial(self._update, obj, obj["spec"], owner, pool, counts,
+                                      content=False) for obj in plan.metadata_only])
+            return
+        self._run_writes([partial(self._delete, obj, pool, counts) for obj in plan.deletes])
+        self._run_writes([partial(self._update, obj, full, owner, pool, counts)
+                          for obj, full in plan.updates])
+        self._run_writes([partial(self._create, full, owner, pool, counts)
+                          for full in plan.creates])
         with self._cond:
-            self._generations[pool] = generation
-        log.info("published pool %s of %s on %s: generation %d, %d slice(s)", pool,
-                 self.driver, self.node, generation, n)
+            if plan.generation is None:
+                self._generations.pop(pool, None)
+            else:
+                self._generations[pool] = plan.generation
+        if plan.generation is not None:
+            log.info("published pool %s of %s on %s: generation %d, %d slice(s)", pool,
+                     self.driver, self.node, plan.generation,
+                     len(plan.updates) + len(plan.creates))
 
     def _run_writes(self, writes: list[Callable[[], None]]) -> None:
         """Run ``writes`` with up to ``max_parallel_writes`` in flight (the calling thread
