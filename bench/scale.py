@@ -81,6 +81,8 @@ class Recorder:
 
     requests: list[tuple[float, int, str, bool]] = field(default_factory=list)
     watch_ends: list[tuple[float, int]] = field(default_factory=list)
+    #: (start, seconds, node, verb, outcome) of each request, for --dump
+    log: list[tuple[float, float, int, str, str]] = field(default_factory=list)
 
     def since(self, t0: float, t1: float = math.inf) -> list[tuple[float, int, str, bool]]:
         return [r for r in self.requests if t0 <= r[0] < t1]
@@ -114,13 +116,17 @@ class CountingAPI(ResourceAPI):
         try:
             out = fn()
         except ApiException as exc:
-            self._rec.requests.append((t, self._node, verb, bool(exc.status)))
+            self._done(t, verb, f"HTTP {exc.status}" if exc.status else "no answer")
             raise
-        except Exception:
-            self._rec.requests.append((t, self._node, verb, False))
+        except Exception as exc:
+            self._done(t, verb, f"no answer ({type(exc).__name__})")
             raise
-        self._rec.requests.append((t, self._node, verb, True))
+        self._done(t, verb, "ok")
         return out
+
+    def _done(self, t: float, verb: str, outcome: str) -> None:
+        self._rec.requests.append((t, self._node, verb, not outcome.startswith("no answer")))
+        self._rec.log.append((t, time.monotonic() - t, self._node, verb, outcome))
 
     def list_slices(self, driver: str, node: str | None = None, *,
                     label_selector: str | None = None) -> Any:
@@ -156,18 +162,20 @@ class ScaleControlPlane(RealAPIServer):
     """A RealAPIServer whose kube-apiserver can be restarted on the same port (and etcd),
     without the audit log (it would dominate the API server's CPU at this request rate)."""
 
-    def restart_apiserver(self, drain_timeout: float = 90.0) -> tuple[float, float]:
+    def restart_apiserver(self, drain_timeout: float = 90.0) -> tuple[float, float, float]:
         """SIGTERM kube-apiserver, wait for it to exit, start a new one on the same port.
-        Returns (time.monotonic() of the SIGTERM, of the new server's first ready
-        /readyz)."""
+        Returns time.monotonic() of the SIGTERM, of the old server's exit (the new one is
+        started right then) and of the new server's first ready /readyz (polled every
+        0.2 s; it serves requests a little before that)."""
         proc = self._apiserver
         assert proc is not None
         term = time.monotonic()
         proc.stop(timeout=drain_timeout)
+        exited = time.monotonic()
         port = self.port
         with mock.patch.object(realcluster, "_free_port", lambda: port):
             self._start_apiserver(time.monotonic() + self.start_timeout)
-        return term, time.monotonic()
+        return term, exited, time.monotonic()
 
     def pids(self) -> dict[str, int]:
         out = {}
@@ -226,12 +234,14 @@ class Fleet:
         self.n = n
         self.devices = devices
         self.pubs: list[SlicePublisher] = []
+        self.index: dict[int, int] = {}
         for i in range(n):
             conf = Configuration(host=cp.url)
             conf.ssl_ca_cert = str(cp.ca_file)
             conf.api_key = {"authorization": f"Bearer {cp.admin_token}"}
             api = CountingAPI(ApiClient(conf), self.rec, i)
             self.pubs.append(SlicePublisher(api, DRIVER, node_name(i)))
+            self.index[id(self.pubs[-1])] = i
 
     def start(self) -> None:
         for i, pub in enumerate(self.pubs):
@@ -245,16 +255,23 @@ class Fleet:
     def writes(self) -> int:
         return sum(p.stats.slice_writes for p in self.pubs)
 
-    def wait(self, pred: Callable[[SlicePublisher], bool], timeout: float) -> float | None:
-        """Poll (in process, no request) until ``pred`` holds for every publisher; the
-        time.monotonic() when it did, None after ``timeout``."""
+    def wait(self, pred: Callable[[SlicePublisher], bool], timeout: float
+             ) -> tuple[float | None, list[float]]:
+        """Poll (in process, no request) until ``pred`` has held for every publisher;
+        (time.monotonic() when the last one got there or None after ``timeout``, the
+        time.monotonic() each publisher first got there, inf for those that did not)."""
         deadline = time.monotonic() + timeout
+        first = [math.inf] * len(self.pubs)
         while True:
-            if all(pred(p) for p in self.pubs):
-                return time.monotonic()
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.1)
+            now = time.monotonic()
+            for i, p in enumerate(self.pubs):
+                if first[i] == math.inf and pred(p):
+                    first[i] = now
+            if all(t < math.inf for t in first):
+                return now, first
+            if now > deadline:
+                return None, first
+            time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,6 +361,7 @@ class Options:
     after: float
     settle: float
     workdir: Path
+    dump: Path | None = None
 
 
 def run(opts: Options) -> dict[str, Any]:
@@ -372,7 +390,7 @@ def run(opts: Options) -> dict[str, Any]:
         t0 = time.monotonic()
         fleet.start()
         started = time.monotonic()
-        done = fleet.wait(lambda p: p.stats.published_once and p.watching, 600)
+        done, _ = fleet.wait(lambda p: p.stats.published_once and p.watching, 600)
         if done is None:
             result["incomplete"].append("cold start")
             done = time.monotonic()
@@ -423,30 +441,32 @@ def run(opts: Options) -> dict[str, Any]:
         # 3. API server restart
         w0 = fleet.writes()
         before_term = time.monotonic()
-        term, ready = cp.restart_apiserver()
-        ready_wall = time.time() - (time.monotonic() - ready)
+        term, exited, ready = cp.restart_apiserver()
+        log.info("API server restarted: SIGTERM, new one ready %.1fs later", ready - term)
+        # verified against the new server: after the old one exited
+        exited_wall = time.time() - (time.monotonic() - exited)
         m_ready = Counter[tuple[str, str]]()          # the new server counts from zero
-        verified = fleet.wait(lambda p: (p.stats.last_verified_time or 0) > ready_wall
-                              and p.watching, 300)
+        verified, firsts = fleet.wait(
+            lambda p: (p.stats.last_verified_time or 0) > exited_wall and p.watching, 300)
         if verified is None:
             result["incomplete"].append("restart recovery")
             verified = time.monotonic()
-        per_node_verified = [max(0.0, (p.stats.last_verified_time or 0) - ready_wall)
-                             for p in fleet.pubs]
+        per_node_verified = [t - exited for t in firsts]   # as polled every 0.05 s
         ends = {}
         for t, node in rec.watch_ends:
             if t >= term and node not in ends:
                 ends[node] = t - term
-        recovery = rec.since(ready, verified + 1)
-        down = rec.since(term, ready)
+        recovery = rec.since(exited, verified + 1)
+        down = rec.since(term, exited)
         result["restart"] = {
-            "drain_seconds": round(ready - term, 1),
+            "drain_seconds": round(exited - term, 1),
+            "new_server_ready_after_start_seconds": round(ready - exited, 1),
             "watch_noticed_after_sigterm_seconds": {
                 "median": round(statistics.median(ends.values()), 1) if ends else None,
                 "max": round(max(ends.values()), 1) if ends else None,
                 "nodes": len(ends)},
-            "seconds_until_every_node_verified": round(verified - ready, 1),
-            "verified_after_ready_p50_p100": [
+            "seconds_until_every_node_verified": round(verified - exited, 1),
+            "verified_after_start_p50_p100": [
                 round(statistics.median(per_node_verified), 1),
                 round(max(per_node_verified), 1)],
             "requests_per_node_until_verified": by_verb(recovery, opts.nodes, None),
@@ -455,7 +475,7 @@ def run(opts: Options) -> dict[str, Any]:
             "server_requests_per_node": metric_delta(cp.metrics(), m_ready, opts.nodes, None),
             "attempts_while_down_per_node": round(len(down) / opts.nodes, 2),
             "rewrites": fleet.writes() - w0,
-            **burst(per_second([r[0] for r in recovery], ready, verified + 1)),
+            **burst(per_second([r[0] for r in recovery], exited, verified + 1)),
         }
         log.info("restart: %s", result["restart"])
 
@@ -488,6 +508,11 @@ def run(opts: Options) -> dict[str, Any]:
         for phase in ("steady", "after_restart"):
             result[phase].pop("t0", None)
         result["projection_5000"] = project(result, 5000)
+        if opts.dump is not None:
+            marks = {"sigterm": term, "exited": exited, "ready": ready, "verified": verified,
+                     "mass_delete": d0}
+            opts.dump.write_text(json.dumps({"marks": marks, "requests": rec.log,
+                                             "watch_ends": rec.watch_ends}) + "\n")
         return result
     finally:
         if fleet is not None:
@@ -496,12 +521,8 @@ def run(opts: Options) -> dict[str, Any]:
 
 
 def _wait_creates(fleet: Fleet, before: list[int], timeout: float) -> float | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(p.stats.creates > b for p, b in zip(fleet.pubs, before, strict=True)):
-            return time.monotonic()
-        time.sleep(0.1)
-    return None
+    done, _ = fleet.wait(lambda p: p.stats.creates > before[fleet.index[id(p)]], timeout)
+    return done
 
 
 def project(result: dict[str, Any], nodes: int) -> dict[str, Any]:
@@ -553,6 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="20 nodes, short phases: proves the bench works")
     parser.add_argument("--out", default=str(Path(__file__).with_name("scale-results.json")))
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--dump", default=None,
+                        help="write every request (start, seconds, node, verb, outcome) as JSON")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -563,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.nodes, args.steady, args.after, args.settle = 20, 20.0, 20.0, 3.0
     with tempfile.TemporaryDirectory(prefix="drakit-scale-", dir=args.workdir) as tmp:
         opts = Options(args.nodes, args.devices, args.steady, args.after, args.settle,
-                       Path(tmp))
+                       Path(tmp), Path(args.dump) if args.dump else None)
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         result = run(opts)

@@ -57,7 +57,10 @@ published, and writes only the difference. The semantics follow the Go
   2·``watch_timeout``) as client-go's reflector does; after a broken watch (API server
   restart, connection loss) the reconnect, and after a 410 the re-list, wait a uniform
   part of ``recovery_spread`` (full jitter), so N agents that lost the server in the same
-  second come back spread over that window.
+  second come back spread over that window. A server that answers and asks for a delay
+  (429 with Retry-After, as a restarted API server does while its watch cache fills) gets
+  that delay spread over [Retry-After, 2·Retry-After); another error answer the backoff
+  with full jitter.
 * Watch health: a watch that carries no event and no bookmark for ``watch_idle_timeout``
   seconds (the API server sends a bookmark about every minute) is closed and resumed from
   its last resourceVersion; the bounded ``timeoutSeconds`` moves a watch off a draining
@@ -79,6 +82,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Final, TypeVar
+
+from kubernetes.client import ApiException
 
 from discovery.model import Pool
 from plugin.resourceapi import (
@@ -978,8 +983,18 @@ class SlicePublisher:
             self._schedule(delay)
             return 0
         failures += 1
-        delay = max(retry_after_seconds(exc) or 0.0,
-                    self._recovery_delay(failures, self._watch_rngs[scope.name]))
+        rng = self._watch_rngs[scope.name]
+        after = retry_after_seconds(exc)
+        if after is not None:
+            # the server answered and paces us (429 while its watch cache initialises,
+            # APF): its delay, spread over [after, 2·after)
+            delay = min(after, self._backoff.max_retry_after) * (1 + rng())
+        elif isinstance(exc, ApiException) and exc.status:
+            # the server answered with an error: exponential backoff, full jitter
+            delay = max(self._min_retry_delay, self._backoff.delay(failures, rng) * rng())
+        else:
+            # no answer (server restarting, connection lost): spread the reconnects
+            delay = self._recovery_delay(failures, rng)
         log.warning("watching ResourceSlices failed (%s); again in %.1fs", describe(exc), delay)
         self._stopping.wait(delay)
         return failures
