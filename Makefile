@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test test-fast test-floor lint proto proto-check bench clean k8s-bin
+.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ proto-check: install
 
 bench: install
 	$(PY) -m bench.run
+
+## bench-scale: ResourceSlice publishers of 1,000 simulated nodes against a real kube-apiserver
+## + etcd (~15 min; bench/README.md "scale"); BENCH_SCALE_ARGS=--quick for a smoke run
+bench-scale: install
+	$(MAKE) k8s-bin K8S_COMPONENTS="kube-apiserver etcd"
+	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-floor .pytest_cache .mypy_cache .ruff_cache

@@ -37,13 +37,34 @@ published, and writes only the difference. The semantics follow the Go
   dropped because a feature gate is off, defaults filled in), the answer is remembered as
   "what the desired content looks like on this server", so the next resync does not write
   again; a warning names the fields.
-* Background (:meth:`start`/:meth:`stop`): a watch on this driver's slices on this node
-  schedules a resync ``watch_delay`` seconds after someone else adds, edits or deletes one
-  (the kubelet deletes a node's slices when it restarts), and a periodic resync
-  (``resync_period``) catches everything else. :meth:`trigger` asks for a resync now.
+* Background (:meth:`start`/:meth:`stop`), shaped like the Go controller's informer: one
+  LIST (this node's slices by the indexed field selectors ``spec.driver`` +
+  ``spec.nodeName``; the slices without ``nodeName`` by ``spec.nodeName=`` plus the label,
+  only at the first sync and while this publisher has such slices) fills a local
+  :class:`~plugin.slices.view.SliceView`, then a watch with ``allowWatchBookmarks`` from the
+  LIST's resourceVersion keeps it current; the answers of the publisher's own writes update
+  it too. The periodic verification (``resync_period``) compares the desired state with the
+  view and sends no request when they agree. A LIST happens again only when the watch
+  cannot continue (410 Gone), or a write meets a conflict. Someone else's change (the
+  kubelet deletes a node's slices when it restarts) schedules a resync ``watch_delay`` plus
+  a random part of ``recovery_spread`` seconds later. :meth:`trigger` asks for a resync now.
   The watch may deliver the event of one of our own writes before the write's answer
   (with its resourceVersion) is back; such an event waits until the publisher's writes in
   flight have ended before it is judged, so our own writes never schedule a resync.
+* No lockstep: every periodic or recovery delay is random (each publisher has its own
+  generator, seeded from driver and node): the verification every ``resync_period`` times
+  [0.5, 1.5); a watch asks for ``timeoutSeconds`` in [``watch_timeout``,
+  2·``watch_timeout``) as client-go's reflector does; after a broken watch (API server
+  restart, connection loss) the reconnect, and after a 410 the re-list, wait a uniform
+  part of ``recovery_spread`` (full jitter), so N agents that lost the server in the same
+  second come back spread over that window. A server that answers and asks for a delay
+  (429 with Retry-After, as a restarted API server does while its watch cache fills) gets
+  that delay spread over [Retry-After, 2·Retry-After); another error answer the backoff
+  with full jitter.
+* Watch health: a watch that carries no event and no bookmark for ``watch_idle_timeout``
+  seconds (the API server sends a bookmark about every minute) is closed and resumed from
+  its last resourceVersion; the bounded ``timeoutSeconds`` moves a watch off a draining
+  server at the latest then.
 """
 
 from __future__ import annotations
@@ -62,21 +83,27 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Final, TypeVar
 
+from kubernetes.client import ApiException
+
 from discovery.model import Pool
 from plugin.resourceapi import (
     Backoff,
     ErrorKind,
     ResourceAPI,
+    WatchEvent,
     call_with_retries,
     classify,
     describe,
+    retry_after_seconds,
 )
 from plugin.slices.compare import carry_time_added, content_key, differing_fields
 from plugin.slices.convert import api_version
 from plugin.slices.formats import is_label_value
+from plugin.slices.plan import plan_pool
 from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
 from plugin.slices.split import split_pool
 from plugin.slices.validate import SliceValidationError, ValidationIssue, validate_pools
+from plugin.slices.view import SliceView, newer_rv
 
 PUBLISHER_NODE_LABEL: Final = "resource.drakit.io/node"
 """Label on every slice drakit writes: the node whose publisher owns it (the node name, or
@@ -112,6 +139,9 @@ class PublisherStats:
     ``publish_errors``: syncs that failed. ``validation_drops``: issues (devices,
     attributes, counter sets, pools left out) in the current desired state.
     ``published_once``: a sync has succeeded (readiness). ``generations``: pool → generation.
+    ``lists``: LIST requests (pages count once); ``watches``: watch requests that opened a
+    stream; ``last_verified_time``: ``time.time()`` of the last sync that compared the
+    desired state with a current view (right after a LIST, or while the watch is open).
     """
 
     last_publish_time: float | None = None
@@ -126,6 +156,9 @@ class PublisherStats:
     published_once: bool = False
     last_error: str | None = None
     generations: dict[str, int] = field(default_factory=dict)
+    lists: int = 0
+    watches: int = 0
+    last_verified_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,14 +218,38 @@ OWN_WRITE_WAIT: Final = 30.0
 before it is judged foreign (see :meth:`SlicePublisher._is_own`)."""
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """One LIST/WATCH selection of this publisher's slices: ``node`` is the
+    ``spec.nodeName`` field selector value ("" selects the slices without one, which the
+    API server's watch cache serves from its nodeName index as well)."""
+
+    name: str
+    node: str
+    label_selector: str | None = None
+
+    def holds(self, obj: dict[str, Any]) -> bool:
+        return str((obj.get("spec") or {}).get("nodeName") or "") == self.node
+
+
+def _jittered(seconds: float, rng: Callable[[], float]) -> float:
+    """``seconds`` times a uniform factor in [0.5, 1.5)."""
+    return seconds * (0.5 + rng())
+
+
 class SlicePublisher:
     """Publishes ``driver_name``'s pools for ``node_name`` (see the module docstring).
 
     Parameters: ``resource_api`` (a :class:`~plugin.resourceapi.ResourceAPI`); ``node_uid``
     (looked up with GET node when None); ``strict`` (refuse a publish with any validation
-    issue instead of leaving the broken parts out); ``resync_period`` (seconds between
-    background resyncs); ``watch_delay`` (seconds from a foreign change to the resync);
-    ``watch_timeout`` (seconds per watch request); ``backoff`` (per API call);
+    issue instead of leaving the broken parts out); ``resync_period`` (mean seconds between
+    background verifications against the local view, which send no request when nothing
+    differs); ``watch_delay`` (least seconds from a foreign change to the resync);
+    ``watch_timeout`` (least ``timeoutSeconds`` per watch request; each asks for a random
+    value up to twice that); ``watch_idle_timeout`` (seconds without event or bookmark after
+    which a watch is replaced); ``recovery_spread`` (seconds over which reconnects and
+    re-lists after a broken watch, and resyncs after foreign changes, are spread);
+    ``backoff`` (per API call);
     ``max_parallel_writes`` (slice writes in flight at once within one step of a pool
     sync; 1 writes one after the other); ``max_sync_attempts`` (list-and-plan rounds per
     sync after 409s); ``min_retry_delay``
@@ -201,7 +258,8 @@ class SlicePublisher:
     previous publish), ``on_write`` (called with ``"create"``/``"update"``/``"delete"`` and
     the pool name), ``on_error`` (called with the exception of a failed sync); ``sleep`` and
     ``rng`` (for tests; ``sleep`` defaults to an interruptible wait that :meth:`stop` cuts
-    short).
+    short; ``rng`` to a generator of this publisher's own, seeded from driver and node name,
+    so that two agents never share a schedule).
     """
 
     def __init__(
@@ -215,6 +273,8 @@ class SlicePublisher:
         resync_period: float = 30.0,
         watch_delay: float = 1.0,
         watch_timeout: int = 300,
+        watch_idle_timeout: float = 150.0,
+        recovery_spread: float = 20.0,
         backoff: Backoff | None = None,
         max_parallel_writes: int = DEFAULT_PARALLEL_WRITES,
         max_sync_attempts: int = 3,
@@ -235,7 +295,9 @@ class SlicePublisher:
         self._node_uid = node_uid
         self._resync_period = resync_period
         self._watch_delay = watch_delay
-        self._watch_timeout = watch_timeout
+        self._watch_timeout = max(1, watch_timeout)
+        self._watch_idle_timeout = watch_idle_timeout
+        self._recovery_spread = max(0.0, recovery_spread)
         self._backoff = backoff or Backoff()
         self._max_parallel_writes = max(1, max_parallel_writes)
         self._max_sync_attempts = max(1, max_sync_attempts)
@@ -244,11 +306,17 @@ class SlicePublisher:
         self._on_issue = on_validation_issue
         self._on_write = on_write
         self._on_error = on_error
-        self._rng = rng or random.random
+        self._rng = rng or random.Random(f"drakit/{driver_name}/{node_name}").random
         self._stopping = threading.Event()
         self._sleep = sleep or self._interruptible_sleep
         self._label_value = node_label_value(node_name)
         self._generate_name = slice_name_prefix(node_name, driver_name)
+        self._local = _Scope("local", node_name)
+        self._remote = _Scope("remote", "", f"{PUBLISHER_NODE_LABEL}={self._label_value}")
+        # each watch thread draws from a generator of its own (seeded from ``rng``), so the
+        # draws of each thread, and so the schedule, do not depend on thread timing
+        self._watch_rngs = {scope.name: random.Random(self._rng()).random
+                            for scope in (self._local, self._remote)}
 
         self._sync_lock = threading.Lock()      # one sync at a time
         self._cond = threading.Condition()      # guards the fields below
@@ -265,8 +333,16 @@ class SlicePublisher:
         self._own_deleted: deque[str] = deque(maxlen=4096)
         self._writes_in_flight = 0
         self._pending_at: float | None = None
-        self._watch_rv = ""
-        self._watch: Any = None
+        self._verify_at = float("inf")
+        # the local view, and per scope: whether it is current (listed, its watch not
+        # expired), the resourceVersion to watch from, the open watch and when it last
+        # carried something (time.monotonic())
+        self._view = SliceView()
+        self._current: dict[str, bool] = {}
+        self._watch_rv: dict[str, str] = {}
+        self._watches: dict[str, Any] = {}
+        self._last_seen: dict[str, float] = {}
+        self._remote_listed = False
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ public API
@@ -281,7 +357,15 @@ class SlicePublisher:
     def watching(self) -> bool:
         """True while the background watch has a stream open."""
         with self._cond:
-            return self._watch is not None
+            return self._local.name in self._watches
+
+    @property
+    def next_syncs(self) -> tuple[float, float | None]:
+        """``time.monotonic()`` of the next periodic verification and of the next resync
+        asked for (after a change, a trigger or a failure; None when none is), for
+        metrics and tests."""
+        with self._cond:
+            return self._verify_at, self._pending_at
 
     @property
     def issues(self) -> list[ValidationIssue]:
@@ -316,17 +400,34 @@ class SlicePublisher:
         return self.sync()
 
     def sync(self) -> SyncReport:
-        """Compare the desired state with the server and write the difference now."""
+        """List this publisher's slices (both scopes), compare them with the desired state
+        and write the difference now."""
+        return self._sync(full=True)
+
+    def _sync(self, *, full: bool = False, relist: bool = True) -> SyncReport:
+        """One sync: ``full`` lists both scopes; else ``relist`` lists the scopes the
+        publisher needs (:meth:`_scopes`), and without it the local view is compared, with
+        no request unless something differs. A conflict lists again."""
         with self._sync_lock:
             with self._cond:
                 desired = self._desired
             if desired is None:
                 return SyncReport()
             counts = _Counts()
+            verified = False
             try:
                 for attempt in range(1, self._max_sync_attempts + 1):
                     try:
-                        self._sync_once(desired, counts)
+                        if full or relist or attempt > 1:
+                            existing = self._list(desired, full=full)
+                            verified = True
+                        else:
+                            with self._cond:
+                                existing = self._view.slices()
+                                verified = all(self._current.get(sc.name) and
+                                               sc.name in self._watches
+                                               for sc in self._scopes(desired))
+                        self._sync_once(desired, counts, existing)
                         break
                     except _Replan as exc:
                         if attempt == self._max_sync_attempts:
@@ -336,6 +437,9 @@ class SlicePublisher:
             except Exception as exc:
                 with self._cond:
                     self._stats.publish_errors += 1
+                    # a write whose answer was lost may have been applied: the view is no
+                    # longer known to be current, the next sync lists again
+                    self._current.clear()
                     self._stats.last_error = str(exc)
                 if self._on_error is not None:
                     self._on_error(exc)
@@ -344,6 +448,8 @@ class SlicePublisher:
                 raise PublishError([describe(exc)]) from exc
             with self._cond:
                 self._stats.last_publish_time = time.time()
+                if verified:
+                    self._stats.last_verified_time = self._stats.last_publish_time
                 self._stats.devices_published = desired.devices
                 self._stats.slices_published = sum(len(s) for s in desired.specs.values())
                 self._stats.published_once = True
@@ -362,11 +468,13 @@ class SlicePublisher:
             self._stopping.clear()
             if self._desired is not None:
                 self._pending_at = time.monotonic()
+            self._verify_at = time.monotonic() + _jittered(self._resync_period, self._rng)
             self._threads = [
                 threading.Thread(target=self._resync_loop, name="drakit-slices-resync",
                                  daemon=True),
-                threading.Thread(target=self._watch_loop, name="drakit-slices-watch",
-                                 daemon=True),
+                *(threading.Thread(target=self._watch_loop, args=(scope,),
+                                   name=f"drakit-slices-watch-{scope.name}", daemon=True)
+                  for scope in (self._local, self._remote)),
             ]
             threads = list(self._threads)
         for t in threads:
@@ -378,9 +486,9 @@ class SlicePublisher:
         with self._cond:
             self._stopping.set()
             threads, self._threads = self._threads, []
-            watch = self._watch
+            watches = list(self._watches.values())
             self._cond.notify_all()
-        if watch is not None:
+        for watch in watches:
             watch.close()
         for t in threads:
             t.join(timeout)
@@ -431,24 +539,44 @@ class SlicePublisher:
         return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self._node_uid,
                 "controller": True}
 
-    def _sync_once(self, desired: _Desired, counts: _Counts) -> None:
-        owner = self._owner_reference()
-        local = self._call(lambda: self.api.list_slices(self.driver, self.node),
-                           "list ResourceSlices")
-        remote = self._call(lambda: self.api.list_slices(
-            self.driver, label_selector=f"{PUBLISHER_NODE_LABEL}={self._label_value}"),
-            "list ResourceSlices")
+    def _scopes(self, desired: _Desired) -> list[_Scope]:
+        """The scopes to list and watch: this node's slices always; the slices without
+        ``nodeName`` until the first LIST of them, and then only while the desired state or
+        the view has some (so the hot path never lists what this driver does not
+        publish)."""
         with self._cond:
-            self._watch_rv = local.resource_version
-            self._cond.notify_all()
+            remote = (not self._remote_listed
+                      or any(not s.get("nodeName") for specs in desired.specs.values()
+                             for s in specs)
+                      or bool(self._view.slices(self._remote.holds)))
+        return [self._local, self._remote] if remote else [self._local]
+
+    def _list(self, desired: _Desired, *, full: bool = False) -> list[dict[str, Any]]:
+        """LIST the scopes (both when ``full``), refresh the view from the answers and note
+        their resourceVersions for the watch; returns the view's slices."""
+        scopes = [self._local, self._remote] if full else self._scopes(desired)
+        for scope in scopes:
+            listed = self._call(lambda sc=scope: self.api.list_slices(  # type: ignore[misc]
+                self.driver, sc.node, label_selector=sc.label_selector), "list ResourceSlices")
+            with self._cond:
+                self._stats.lists += 1
+                items = [o for o in listed.items if scope.holds(o)]
+                self._view.replace(scope.holds, items)
+                self._watch_rv[scope.name] = newer_rv(self._watch_rv.get(scope.name, ""),
+                                                      listed.resource_version)
+                self._current[scope.name] = True
+                if scope is self._remote:
+                    self._remote_listed = True
+                self._cond.notify_all()
+        with self._cond:
+            return self._view.slices()
+
+    def _sync_once(self, desired: _Desired, counts: _Counts,
+                   listed: list[dict[str, Any]]) -> None:
+        owner = self._owner_reference()
         self._server_keys_prev, self._server_keys = self._server_keys, {}
         existing: dict[str, list[dict[str, Any]]] = {}
-        seen: set[str] = set()
-        for obj in local.items + [o for o in remote.items if not o["spec"].get("nodeName")]:
-            name = obj["metadata"]["name"]
-            if name in seen:
-                continue
-            seen.add(name)
+        for obj in listed:
             existing.setdefault(obj["spec"]["pool"]["name"], []).append(obj)
         failures: list[str] = []
         if self._echo:
@@ -465,7 +593,6 @@ class SlicePublisher:
                 failures.append(f"pool {pool!r}: {describe(exc)}")
         if failures:
             raise PublishError(failures)
-
 
     def _server_key(self, obj: dict[str, Any]) -> str:
         """content_key of a listed slice's spec; reused while its uid and resourceVersion
@@ -503,65 +630,34 @@ class SlicePublisher:
 
     def _sync_pool(self, pool: str, desired: _Desired, existing: list[dict[str, Any]],
                    owner: dict[str, Any] | None, counts: _Counts) -> None:
-        specs = desired.specs.get(pool)
-        if specs is None:
-            if pool in desired.protected:
-                return
-            self._run_writes([partial(self._delete, obj, pool, counts) for obj in existing])
-            with self._cond:
-                self._generations.pop(pool, None)
-            return
-        n = len(specs)
-        by_key: dict[str, list[dict[str, Any]]] = {}
-        for obj in sorted(existing, key=lambda o: o["metadata"]["name"]):
-            by_key.setdefault(self._server_key(obj), []).append(obj)
-        pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-        if existing:
-            for spec, key in zip(specs, desired.keys(pool), strict=True):
-                candidates = by_key.get(key) or (by_key.get(self._echo[key])
-                                                 if key in self._echo else None) or []
-                pairs.append((spec, candidates.pop(0) if candidates else None))
-        else:
-            pairs = [(spec, None) for spec in specs]
-        unmatched = sorted((o for objs in by_key.values() for o in objs),
-                           key=lambda o: o["metadata"]["name"])
-        gens = {int(o["spec"]["pool"].get("generation", 0)) for o in existing}
-        in_sync = (all(m is not None for _, m in pairs) and not unmatched and len(gens) == 1
-                   and all(o["spec"]["pool"].get("resourceSliceCount") == n for o in existing))
-        if in_sync:
-            with self._cond:
-                self._generations[pool] = next(iter(gens))
-            self._run_writes([partial(self._update, matched, matched["spec"], owner, pool, counts,
-                                      content=False)
-                              for _, matched in pairs
-                              if matched is not None and not self._metadata_ok(matched, owner)])
-            return
+        """Plan (:func:`~plugin.slices.plan.plan_pool`) and execute one pool's writes."""
         with self._cond:
             remembered = self._generations.get(pool, 0)
-        generation = max([*gens, remembered]) + 1
-        spare = unmatched
-        updates: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        creates: list[dict[str, Any]] = []
-        for spec, current in pairs:
-            full = {**spec, "pool": {**spec["pool"], "generation": generation}}
-            if current is None:
-                # spec.nodeName is immutable: reuse only a slice with the same one
-                reusable = [o for o in spare if o["spec"].get("nodeName") == full.get("nodeName")]
-                if reusable:
-                    current = reusable[0]
-                    spare.remove(current)
-            if current is None:
-                creates.append(full)
-            else:
-                updates.append((current, full))
-        self._run_writes([partial(self._delete, surplus, pool, counts) for surplus in spare])
-        self._run_writes([partial(self._update, current_obj, full, owner, pool, counts)
-                          for current_obj, full in updates])
-        self._run_writes([partial(self._create, full, owner, pool, counts) for full in creates])
+        plan = plan_pool(pool, desired.specs.get(pool), partial(desired.keys, pool), existing,
+                         protected=pool in desired.protected, key_of=self._server_key,
+                         echo=self._echo, remembered=remembered,
+                         metadata_ok=partial(self._metadata_ok, owner=owner))
+        if plan.in_sync:
+            if plan.generation is not None:
+                with self._cond:
+                    self._generations[pool] = plan.generation
+            self._run_writes([partial(self._update, obj, obj["spec"], owner, pool, counts,
+                                      content=False) for obj in plan.metadata_only])
+            return
+        self._run_writes([partial(self._delete, obj, pool, counts) for obj in plan.deletes])
+        self._run_writes([partial(self._update, obj, full, owner, pool, counts)
+                          for obj, full in plan.updates])
+        self._run_writes([partial(self._create, full, owner, pool, counts)
+                          for full in plan.creates])
         with self._cond:
-            self._generations[pool] = generation
-        log.info("published pool %s of %s on %s: generation %d, %d slice(s)", pool,
-                 self.driver, self.node, generation, n)
+            if plan.generation is None:
+                self._generations.pop(pool, None)
+            else:
+                self._generations[pool] = plan.generation
+        if plan.generation is not None:
+            log.info("published pool %s of %s on %s: generation %d, %d slice(s)", pool,
+                     self.driver, self.node, plan.generation,
+                     len(plan.updates) + len(plan.creates))
 
     def _run_writes(self, writes: list[Callable[[], None]]) -> None:
         """Run ``writes`` with up to ``max_parallel_writes`` in flight (the calling thread
@@ -626,6 +722,7 @@ class SlicePublisher:
         key = content_key(sent) if changed else ""
         got = content_key(spec) if changed else ""
         with self._cond:
+            self._view.stored(answer)
             if rv:
                 self._own_rvs.append(rv)
                 self._cond.notify_all()
@@ -694,6 +791,8 @@ class SlicePublisher:
         self._write(lambda: self.api.delete_slice(name, uid=meta.get("uid"),
                                                   resource_version=meta.get("resourceVersion")),
                     f"delete ResourceSlice {name}", missing_ok=True)
+        with self._cond:
+            self._view.removed(name)
         self._count("delete", pool, counts)
 
     # ------------------------------------------------------------------ background
@@ -705,38 +804,70 @@ class SlicePublisher:
                 self._pending_at = at
             self._cond.notify_all()
 
+    def _recovery_delay(self, failures: int, rng: Callable[[], float]) -> float:
+        """Full jitter: uniform up to the larger of ``recovery_spread`` and the backoff
+        delay of attempt ``failures``, never below ``min_retry_delay``."""
+        cap = max(self._recovery_spread, self._backoff.delay(failures, rng))
+        return max(self._min_retry_delay, cap * rng())
+
+    def _idle_watches(self, now: float) -> tuple[float, list[Any]]:
+        """(the earliest time an open watch becomes idle, the watches idle now). Caller
+        holds ``_cond``; an idle watch's clock restarts so it is closed once."""
+        due, idle = float("inf"), []
+        for name, watch in self._watches.items():
+            at = self._last_seen.get(name, now) + self._watch_idle_timeout
+            if at <= now:
+                idle.append(watch)
+                self._last_seen[name] = now
+                log.info("the %s ResourceSlice watch carried nothing for %.0fs; replacing it",
+                         name, self._watch_idle_timeout)
+                at = now + self._watch_idle_timeout
+            due = min(due, at)
+        return due, idle
+
     def _resync_loop(self) -> None:
-        next_resync = time.monotonic() + self._resync_period
         failures = 0
         while True:
+            idle: list[Any] = []
             with self._cond:
                 while not self._stopping.is_set():
                     now = time.monotonic()
-                    due = min(next_resync, self._pending_at if self._pending_at is not None
-                              else next_resync)
-                    if now >= due:
+                    idle_due, idle = self._idle_watches(now)
+                    due = min(self._verify_at, self._pending_at if self._pending_at is not None
+                              else float("inf"))
+                    if idle or now >= due:
                         break
-                    self._cond.wait(due - now)
+                    self._cond.wait(min(due, idle_due) - now)
                 if self._stopping.is_set():
                     return
-                self._pending_at = None
-                has_state = self._desired is not None
-            if not has_state:
-                next_resync = time.monotonic() + self._resync_period
+                desired = self._desired
+                run = now >= due
+                if run:
+                    self._pending_at = None
+            for watch in idle:
+                watch.close()
+            if not run:
                 continue
+            if desired is None:
+                with self._cond:
+                    self._verify_at = now + _jittered(self._resync_period, self._rng)
+                continue
+            with self._cond:
+                relist = not all(self._current.get(sc.name) for sc in self._scopes(desired))
             try:
-                self.sync()
+                self._sync(relist=relist)
                 failures = 0
-                next_resync = time.monotonic() + self._resync_period
+                with self._cond:
+                    self._verify_at = (time.monotonic()
+                                       + _jittered(self._resync_period, self._rng))
             except Exception as exc:
                 if self._stopping.is_set():
                     return
                 failures += 1
-                delay = min(self._resync_period,
-                            max(self._min_retry_delay, self._backoff.delay(failures, self._rng)))
+                delay = self._recovery_delay(failures, self._rng)
                 log.warning("publishing ResourceSlices failed (%s); retrying in %.1fs", exc,
                             delay)
-                next_resync = time.monotonic() + delay
+                self._schedule(delay)
 
     def _is_own(self, event_type: str, obj: dict[str, Any], rv: str) -> bool:
         """True for the event of one of our own writes. A deletion is known by name before
@@ -750,61 +881,123 @@ class SlicePublisher:
                                 or self._stopping.is_set(), timeout=OWN_WRITE_WAIT)
             return rv in self._own_rvs
 
-    def _watch_loop(self) -> None:
+    def _watchable(self, scope: _Scope) -> bool:
+        """The scope has a resourceVersion to watch from and is wanted. Caller holds
+        ``_cond``."""
+        if not self._watch_rv.get(scope.name):
+            return False
+        return (scope is self._local or self._desired is None
+                or scope in self._scopes(self._desired))
+
+    def _watch_loop(self, scope: _Scope) -> None:
+        """Watch ``scope`` from the resourceVersion of its LIST, resuming from the last
+        event or bookmark after each ``timeoutSeconds``; a broken watch waits a random
+        delay before it reconnects, an expired one (410) has the resync loop list again."""
         failures = 0
-        while not self._stopping.is_set():
+        while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._stopping.is_set() or bool(self._watch_rv),
+                self._cond.wait_for(lambda: self._stopping.is_set() or self._watchable(scope),
                                     timeout=self._resync_period)
                 if self._stopping.is_set():
                     return
-                rv = self._watch_rv
-            if not rv:
-                continue
+                if not self._watchable(scope):
+                    continue
+                rv = self._watch_rv[scope.name]
+            rng = self._watch_rngs[scope.name]
+            timeout = int(self._watch_timeout * (1 + rng()))
+            after_failure = failures > 0
             try:
-                watch = self.api.watch_slices(self.driver, self.node, rv, self._watch_timeout)
+                watch = self.api.watch_slices(self.driver, scope.node, rv, timeout,
+                                              label_selector=scope.label_selector)
             except Exception as exc:
-                failures += 1
-                self._watch_failed(exc, failures)
+                if self._stopping.is_set():
+                    return
+                failures = self._watch_broken(scope, exc, failures, after_failure)
                 continue
+            opened = time.monotonic()
             with self._cond:
                 if self._stopping.is_set():
                     watch.close()
                     return
-                self._watch = watch
+                self._watches[scope.name] = watch
+                self._last_seen[scope.name] = opened
+                self._stats.watches += 1
+                self._cond.notify_all()
+            if after_failure:
+                # back after a broken watch: once the events since rv are in, the view is
+                # current again; verify it (no request unless something differs)
+                self._schedule(self._watch_delay)
+            failures = 0
+            events = 0
             try:
                 for event in watch:
-                    failures = 0
-                    if event.resource_version:
-                        with self._cond:
-                            self._watch_rv = event.resource_version
-                    if event.type == "BOOKMARK" or self._is_own(event.type, event.object,
-                                                                event.resource_version):
-                        continue
-                    log.info("ResourceSlice %s %s by someone else; resync in %.1fs",
-                             event.object.get("metadata", {}).get("name"), event.type.lower(),
-                             self._watch_delay)
-                    self._schedule(self._watch_delay)
+                    events += 1
+                    self._on_event(scope, event)
+                if events == 0 and not self._stopping.is_set() \
+                        and time.monotonic() - opened < min(1.0, self._watch_idle_timeout / 2):
+                    raise ConnectionError("the watch ended at once")
             except Exception as exc:
                 if self._stopping.is_set():
                     return
-                if classify(exc) is ErrorKind.EXPIRED:
-                    with self._cond:
-                        self._watch_rv = ""
-                    self.trigger()
-                else:
-                    failures += 1
-                    self._watch_failed(exc, failures)
+                failures = self._watch_broken(scope, exc, failures, after_failure)
             finally:
                 watch.close()
                 with self._cond:
-                    self._watch = None
+                    if self._watches.get(scope.name) is watch:
+                        del self._watches[scope.name]
 
-    def _watch_failed(self, exc: BaseException, failures: int) -> None:
-        delay = min(self._resync_period,
-                    max(self._min_retry_delay, self._backoff.delay(failures, self._rng)))
+    def _on_event(self, scope: _Scope, event: WatchEvent) -> None:
+        with self._cond:
+            self._last_seen[scope.name] = time.monotonic()
+            if event.resource_version:
+                self._watch_rv[scope.name] = newer_rv(self._watch_rv.get(scope.name, ""),
+                                                      event.resource_version)
+        if event.type == "BOOKMARK":
+            return
+        own = self._is_own(event.type, event.object, event.resource_version)
+        with self._cond:
+            if event.type == "DELETED":
+                self._view.deleted(event.object)
+            elif scope.holds(event.object):
+                self._view.stored(event.object)
+        if own:
+            return
+        delay = self._watch_delay + self._watch_rngs[scope.name]() * self._recovery_spread
+        log.info("ResourceSlice %s %s by someone else; resync in %.1fs",
+                 event.object.get("metadata", {}).get("name"), event.type.lower(), delay)
+        self._schedule(delay)
+
+    def _watch_broken(self, scope: _Scope, exc: BaseException, failures: int,
+                      after_failure: bool) -> int:
+        """Handle a failed or broken watch; returns the new count of failures in a row."""
+        if classify(exc) is ErrorKind.EXPIRED:
+            # the resourceVersion is gone: the resync loop lists again, right away when this
+            # watch already followed a random reconnect delay, else after one
+            delay = (self._watch_delay if after_failure
+                     else self._watch_rngs[scope.name]() * self._recovery_spread)
+            with self._cond:
+                self._current[scope.name] = False
+                self._watch_rv[scope.name] = ""
+            log.info("the %s ResourceSlice watch expired (%s); listing again in %.1fs",
+                     scope.name, describe(exc), delay)
+            self._schedule(delay)
+            return 0
+        failures += 1
+        rng = self._watch_rngs[scope.name]
+        after = retry_after_seconds(exc)
+        if after is not None:
+            # the server answered and paces us (429 while its watch cache initialises,
+            # APF): its delay, spread over [after, 2·after)
+            delay = min(after, self._backoff.max_retry_after) * (1 + rng())
+        elif isinstance(exc, ApiException) and exc.status:
+            # the server answered with an error: exponential backoff, full jitter
+            delay = max(self._min_retry_delay, self._backoff.delay(failures, rng) * rng())
+        else:
+            # no answer (server restarting, connection lost): spread the reconnects
+            delay = self._recovery_delay(failures, rng)
         log.warning("watching ResourceSlices failed (%s); again in %.1fs", describe(exc), delay)
         self._stopping.wait(delay)
+        return failures
 
 
 def cleanup_slices(api: ResourceAPI, driver: str, node: str, *, backoff: Backoff | None = None,

@@ -32,6 +32,7 @@ def make_publisher(
         kwargs.setdefault("sleep", sleeps)
         kwargs.setdefault("backoff", Backoff(initial=0.01, max_delay=0.05, attempts=4))
         kwargs.setdefault("min_retry_delay", 0.05)
+        kwargs.setdefault("recovery_spread", 0.05)
         api = ResourceAPI(server.api_client(), request_timeout=10)
         pub = SlicePublisher(api, kwargs.pop("driver_name", DRIVER),
                              kwargs.pop("node_name", NODE), **kwargs)

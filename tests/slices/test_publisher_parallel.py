@@ -85,6 +85,7 @@ class SlowAPI(ResourceAPI):
 
 def publisher(api: ResourceAPI, **kwargs: Any) -> SlicePublisher:
     kwargs.setdefault("sleep", lambda _s: None)
+    kwargs.setdefault("recovery_spread", 0.05)
     return SlicePublisher(api, DRIVER, NODE, **kwargs)
 
 
