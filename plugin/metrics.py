@@ -38,15 +38,17 @@ RESULTS = ("success", "error")
 SLICE_VERBS = ("create", "update", "delete")
 """``verb`` label values of ``drakit_resourceslice_writes_total``."""
 
-VALIDATION_DROPS = ("device", "attribute", "counter_set", "pool")
+VALIDATION_DROPS = ("device", "attribute", "counter_set", "pool", "field")
 """``what`` label values of ``drakit_validation_drops_total``: what the publisher left out
-(a device, an attribute or capacity, a counter set, a whole pool)."""
+(a device, an attribute or capacity, a counter set, a whole pool, a slice field such as
+``spec.partitionTypeAttribute``)."""
 
 _DROP_BY_ACTION = {
     "device dropped": "device",
     "attribute dropped": "attribute",
     "counter set dropped": "counter_set",
     "pool skipped": "pool",
+    "field dropped": "field",
 }
 
 
