@@ -328,6 +328,7 @@ class Checkpoint:
         self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
         self._leader: int | None = None
+        self._flock_holder: int | None = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -429,6 +430,12 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def _flock(self) -> Iterator[None]:
+        """The file lock; re-entrant within the thread holding it (a change's ``after``
+        that updates the checkpoint again: a second flock on a new descriptor would wait
+        for the first forever)."""
+        if self._flock_holder == threading.get_ident():
+            yield
+            return
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
         try:
             fd = os.open(self._lock_name, flags, 0o600)
@@ -437,7 +444,11 @@ class Checkpoint:
             fd = os.open(self._lock_name, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            self._flock_holder = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._flock_holder = None
         finally:
             os.close(fd)
 
