@@ -287,7 +287,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             sent = 0
             while True:
-                chunk = resp.read1(_CHUNK)
+                try:
+                    chunk = resp.read1(_CHUNK)
+                except (http.client.HTTPException, ValueError, OSError):
+                    return  # the upstream cut the stream (a server or watch ending)
                 if not chunk:
                     return
                 if truncate is not None:
