@@ -145,7 +145,6 @@ class App:
             on_invalid=lambda _r: self.metrics.status_invalid.inc(),
             on_error=lambda _r: self.metrics.status_errors.inc(),
             calls=self.kubelet_calls,
-            on_applied=lambda uid, rv: self.node.remember_version(uid, rv),
         )
         self.metrics.status_behind.set_function(lambda: float(self.status.behind))
         self.node = NodeLogic(

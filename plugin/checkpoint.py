@@ -132,14 +132,14 @@ class ClaimRecord(BaseModel):
 
 class UnpreparedRecord(BaseModel):
     """A claim unprepared recently: its allocation fingerprint (None: unknown, the claim was
-    not prepared here), when (seconds since the epoch) and the claim's
-    ``metadata.resourceVersion`` as last seen by this driver (None: never read)."""
+    not prepared here), when (seconds since the epoch) and a digest of the claim's
+    ``status.reservedFor`` as the last prepare read it (None: unknown)."""
 
     model_config = ConfigDict(ser_json_inf_nan="constants")
 
     fingerprint: str | None = None
     at: float = 0.0
-    resource_version: str | None = None
+    reservations: str | None = None
 
 
 @dataclass

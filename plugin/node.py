@@ -30,10 +30,22 @@ Rules (kubelet-wire-protocol fact sheet §2.3, §4.2; issue 3):
   refused. A legitimate prepare always comes from a pod the claim is reserved for (the
   kubelet only runs pods whose claims list them in ``reservedFor``; the resourceclaim
   controller clears the entry only once the pod is gone), so it can never match; a
-  successful prepare clears the mark.
+  successful prepare clears the mark. The mark also keeps a digest of ``reservedFor`` as
+  the claim's last prepare read it: a prepare of a claim whose ``reservedFor`` still names
+  exactly those consumers (the claim has not changed since its unprepare: a stale retry of
+  a terminated pod's prepare) is refused too; a new pod reserving the claim changes it, and
+  that prepare runs (issue 16).
 - Unprepare order: driver hooks, then (under the file lock) the checkpoint entry is dropped
   and the CDI spec removed right after the write. A crash in between leaves only an orphan
-  spec, which the start-up sweep removes, never an entry without its spec.
+  spec, which the start-up sweep removes, never an entry without its spec. When the spec
+  cannot be removed (an immutable or read-only CDI directory) the entry is put back in a
+  second write under the same lock and the claim's error says so: the device stays busy
+  while a spec still names it, and the kubelet's retry finishes the job.
+- Deadlines: a kubelet call's work ends by its gRPC deadline minus a margin to answer
+  (:func:`plugin.retry.call_deadline`); claim reads are bounded by it and run
+  concurrently; a caller waiting for another call's run of the same claim waits at most
+  until its own deadline and does not take a result produced after that call's deadline
+  (its caller had given up): it runs the claim afresh.
 - Crash recovery (:meth:`NodeLogic.recover`): ``PrepareStarted`` entries whose owner process
   is gone are rolled back; completed entries missing their CDI spec get it re-written; CDI
   specs of this driver that no entry owns are removed.
@@ -96,8 +108,8 @@ CRASH_POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write"
 TEMP_FILE_AGE = 60.0
 #: Threads reading the claims of one kubelet call concurrently (shared by all calls).
 CLAIM_READ_THREADS = 8
-#: Claim resourceVersions remembered (for the stale-prepare rule); the oldest are forgotten.
-MAX_REMEMBERED_VERSIONS = 4096
+#: reservedFor digests remembered (for the stale-prepare rule); the oldest are forgotten.
+MAX_REMEMBERED_RESERVATIONS = 4096
 
 
 class _Flight:
@@ -168,6 +180,18 @@ def parse_crash_points(value: str | None) -> dict[str, float]:
     return points
 
 
+def reservations_digest(reserved_for: Any) -> str | None:
+    """A short hash of ``status.reservedFor`` (its consumers' resource, name and UID, in
+    any order); None when it is empty or not a list. A new pod reserving the claim changes
+    it; this driver's own status writes do not."""
+    if not isinstance(reserved_for, list) or not reserved_for:
+        return None
+    keys = sorted(
+        json.dumps([r.get("resource"), r.get("name"), r.get("uid")], default=str)
+        for r in reserved_for if isinstance(r, dict))
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+
+
 def allocation_fingerprint(allocs: list[AllocatedDevice], configs: list[OpaqueConfig]) -> str:
     """A short hash of the allocation results and opaque configs of our driver: the same
     allocation of a claim gives the same fingerprint."""
@@ -193,7 +217,7 @@ class _Plan:
     claim: dict[str, Any]
     fingerprint: str = ""
     reserved: bool = True
-    resource_version: str | None = None
+    reservations: str | None = None
     configs: list[dict[str, Any]] = field(default_factory=list)
     items: list[_Item] = field(default_factory=list)
 
@@ -243,9 +267,9 @@ class NodeLogic:
         self._inflight: dict[str, _Flight] = {}
         self._waiters = 0
         self._readers: ThreadPoolExecutor | None = None
-        # claim UID → the claim's resourceVersion as last seen (our GET or our own status
-        # write); the stale-prepare rule compares a prepare's claim with it
-        self._versions: dict[str, str] = {}
+        # claim UID → digest of status.reservedFor as last read by a prepare; an unprepare
+        # keeps it in its mark for the stale-prepare rule
+        self._reservations: dict[str, str] = {}
         spec = crash_points if crash_points is not None else os.environ.get(CRASH_ENV)
         self._crash_points = parse_crash_points(spec) or None
         if self._crash_points:
@@ -326,15 +350,14 @@ class NodeLogic:
                 self._waiters -= 1
         return (False, None) if flight.stale else (True, got)
 
-    def remember_version(self, uid: str, resource_version: str | None) -> None:
-        """Note the resourceVersion of claim ``uid`` as written by this driver (the status
-        writer's answers): a claim that kept it has not changed since."""
-        if resource_version:
+    def _remember_reservations(self, uid: str, digest: str | None) -> None:
+        """Note the ``status.reservedFor`` digest a prepare of claim ``uid`` saw."""
+        if digest:
             with self._inflight_lock:
-                self._versions.pop(uid, None)
-                self._versions[uid] = resource_version
-                while len(self._versions) > MAX_REMEMBERED_VERSIONS:
-                    del self._versions[next(iter(self._versions))]
+                self._reservations.pop(uid, None)
+                self._reservations[uid] = digest
+                while len(self._reservations) > MAX_REMEMBERED_RESERVATIONS:
+                    del self._reservations[next(iter(self._reservations))]
 
     # -- prepare -------------------------------------------------------------------------
 
@@ -470,11 +493,10 @@ class NodeLogic:
         allocs = allocated_devices(claim, self.driver_name)
         configs = opaque_configs(claim, self.driver_name)
         status = claim.get("status") or {}
-        rv = claim["metadata"].get("resourceVersion")
         plan = _Plan(
             ref, claim, fingerprint=allocation_fingerprint(allocs, configs),
             reserved=bool(status.get("reservedFor")),
-            resource_version=rv if isinstance(rv, str) and rv else None,
+            reservations=reservations_digest(status.get("reservedFor")),
             configs=[{"source": c.source, "requests": list(c.requests),
                       "opaque": {"driver": self.driver_name, "parameters": c.parameters}}
                      for c in configs],
@@ -527,18 +549,16 @@ class NodeLogic:
             mark = state.unprepared.get(uid)
             if mark is not None and mark.fingerprint in (None, p.fingerprint):
                 when = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(mark.at))
-                with self._inflight_lock:
-                    known = {mark.resource_version, self._versions.get(uid)} - {None}
                 if not p.reserved:
                     refused[uid] = PrepareResult(error=(
                         f"{name}: stale prepare: this allocation was unprepared at {when} and "
                         "status.reservedFor is empty; not preparing it again"))
                     continue
-                if p.resource_version is not None and p.resource_version in known:
+                if p.reservations is not None and p.reservations == mark.reservations:
                     refused[uid] = PrepareResult(error=(
                         f"{name}: stale prepare: the claim was unprepared at {when} and has "
-                        f"not changed since (metadata.resourceVersion "
-                        f"{p.resource_version}); not preparing it again"))
+                        "not changed since (status.reservedFor names the same consumers); "
+                        "not preparing it again"))
                     continue
             conflict = None
             for it in p.items:
@@ -576,7 +596,7 @@ class NodeLogic:
             msg = self._checkpoint_failed(e)
             return {p.ref.uid: PrepareResult(error=msg) for p in plans}
         for p in plans:  # the claims as this call saw them, for a later unprepare's mark
-            self.remember_version(p.ref.uid, p.resource_version)
+            self._remember_reservations(p.ref.uid, p.reservations)
         for uid, rec in completed.items():
             results[uid] = self._answer_from_record(rec)
         for uid, res in results.items():
@@ -793,19 +813,19 @@ class NodeLogic:
         a spec still names it). Returns claim UID → error for those."""
         now = time.time()
         with self._inflight_lock:
-            versions = {uid: self._versions[uid] for uid in [*drop, *unknown]
-                        if uid in self._versions}
+            seen = {uid: self._reservations[uid] for uid in [*drop, *unknown]
+                    if uid in self._reservations}
         failed: dict[str, str] = {}
 
         def change(state: CheckpointState) -> None:
             for uid, rec in drop.items():
                 state.claims.pop(uid, None)
                 state.unprepared[uid] = UnpreparedRecord(
-                    fingerprint=rec.fingerprint, at=now, resource_version=versions.get(uid))
+                    fingerprint=rec.fingerprint, at=now, reservations=seen.get(uid))
             for uid in unknown:
                 if uid not in state.claims and uid not in state.unprepared:
                     state.unprepared[uid] = UnpreparedRecord(
-                        fingerprint=None, at=now, resource_version=versions.get(uid))
+                        fingerprint=None, at=now, reservations=seen.get(uid))
 
         def restore(state: CheckpointState) -> None:
             for uid in failed:

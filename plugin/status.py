@@ -276,8 +276,6 @@ class StatusWriter:
     status is not applied yet. ``field_manager`` defaults to ``drakit/<driver>``.
     ``calls``: kubelet calls in flight; a write waits while there are any, at most
     ``defer_seconds`` (default :data:`DEFER_SECONDS`) after its claim was first queued.
-    ``on_applied(claim UID, resourceVersion)`` gets the claim's resourceVersion after each
-    write of ours.
     """
 
     def __init__(
@@ -291,7 +289,6 @@ class StatusWriter:
         calls: KubeletCalls | None = None,
         defer_seconds: float = DEFER_SECONDS,
         max_retry_seconds: float = 30.0,
-        on_applied: Callable[[str, str], None] | None = None,
     ) -> None:
         self.api = api
         self.calls = calls
@@ -303,7 +300,6 @@ class StatusWriter:
                                max_retry_after=max_retry_seconds)
         self.on_invalid = on_invalid
         self.on_error = on_error
-        self.on_applied = on_applied
         self._cond = threading.Condition()
         # claim UID → its desired status; in first-queued order
         self._pending: dict[str, _Want] = {}
@@ -388,11 +384,11 @@ class StatusWriter:
         try:
             # uid: never touch a claim re-created under the same name (dropped below)
             if entries:
-                out = self.api.apply_claim_status_devices(
+                self.api.apply_claim_status_devices(
                     claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid
                 )
             else:
-                out = self.api.remove_claim_status_devices(
+                self.api.remove_claim_status_devices(
                     claim.namespace, claim.name, self.field_manager, uid=claim.uid
                 )
         except Exception as e:
@@ -403,10 +399,6 @@ class StatusWriter:
             log.info("AllocatedDeviceStatus of ResourceClaim %s/%s applied after %d failed "
                      "attempt(s), %.1fs behind", claim.namespace, claim.name, want.attempts,
                      time.monotonic() - want.behind_since, extra={"claim_uid": claim.uid})
-        rv = ((out or {}).get("metadata") or {}).get("resourceVersion") \
-            if isinstance(out, dict) else None
-        if self.on_applied is not None and isinstance(rv, str):
-            self.on_applied(claim.uid, rv)
 
     def _retry_or_drop(self, want: _Want, e: Exception) -> None:
         claim = want.claim

@@ -138,6 +138,8 @@ def test_multiple_allocations_device_is_shared(
 
 
 def unreserve(h: DriverHarness, name: str) -> None:
+    # the agent's status withdrawal first: a write in between would make the PUT a 409
+    assert h.app.status.flush(10)
     claim = h.apiserver.get_object("resourceclaims", name, "default")
     assert claim is not None
     claim["status"].pop("reservedFor", None)
@@ -172,7 +174,14 @@ def test_legitimate_reprepare_after_unprepare(
 ) -> None:
     h = harness_factory()
     claim = h.allocate("reused", [("node-1", "gpu-0")])
-    for _ in range(3):  # pod after pod using one claim: reservedFor names the new pod
+    for i in range(3):  # pod after pod using one claim: reservedFor names the new pod
+        if i:
+            assert h.app.status.flush(10)  # our status withdrawal is in: no write races
+            cur = h.claim(claim)
+            assert cur is not None
+            cur["status"]["reservedFor"] = [{"resource": "pods", "name": f"pod-{i}",
+                                             "uid": f"00000000-0000-4000-8000-00000000000{i}"}]
+            h.apiserver.update_object("resourceclaims", cur, subresource="status")
         assert h.prepare(claim)[uid_of(claim)].error == ""
         assert len(h.cdi_files()) == 1
         assert h.unprepare(claim) == {uid_of(claim): ""}

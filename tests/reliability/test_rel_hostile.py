@@ -423,7 +423,7 @@ def test_stale_prepare_after_unprepare_is_refused_unless_the_claim_changed(
     assert b.h.unprepare(claim) == {uid(claim): ""}
     b.plugin.gate = None
     err = b.h.prepare(claim)[uid(claim)].error
-    assert "stale prepare" in err and "resourceVersion" in err, err
+    assert "stale prepare" in err and "not changed since" in err, err
     assert not b.h.cdi_files()
     cur = b.api.get_object("resourceclaims", "stale", "default")
     assert cur is not None
