@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cdi.errors import CDINameError
 from cdi.spec import ContainerEdits
 from cdi.spec import Device as CDIDevice
 from discovery.plugin import ClaimRef, DeviceRequest, DiscoveryPlugin, UnprepareRequest, env_name
@@ -838,6 +839,8 @@ class NodeLogic:
                 try:
                     self.specs.remove(uid)
                 except Exception as e:
+                    if isinstance(e, CDINameError) and uid not in drop:
+                        continue  # an unknown UID no spec file can be named after
                     rec = drop.get(uid)
                     what = f"ResourceClaim {rec.namespace}/{rec.name}" if rec else f"claim {uid}"
                     failed[uid] = (f"{what}: removing its CDI spec failed: "
