@@ -338,8 +338,14 @@ class SpecStore:
         return remove_durably(self.path_for(claim_uid))
 
     def exists(self, claim_uid: str) -> bool:
-        """True when the claim's spec file exists."""
-        return self.path_for(claim_uid).is_file()
+        """True when the claim's spec file exists as a regular file. A symlink (or anything
+        else) in its place does not count (``lstat``: never trusted, never followed), so
+        the caller writes the spec again, replacing the link itself."""
+        try:
+            st = os.lstat(self.path_for(claim_uid))
+        except FileNotFoundError:
+            return False
+        return stat.S_ISREG(st.st_mode)
 
     def read(self, claim_uid: str) -> Spec | None:
         """The claim's spec as written, or None when absent (strict decode, no rule checks)."""

@@ -209,7 +209,8 @@ def spec_errors(spec: Spec, max_version: str | None = None) -> list[FieldError]:
         errs += _annotation_errors(device.annotations, f"{p}.annotations")
         if device.container_edits.is_empty():
             errs.append(
-                FieldError(f"{p}.containerEdits", "device containerEdits must not be empty")
+                FieldError(f"{p}.containerEdits",
+                           f"device {device.name!r}: containerEdits must not be empty")
             )
         errs += edits_errors(device.container_edits, f"{p}.containerEdits")
     if spec.container_edits is not None:

@@ -28,8 +28,9 @@ from plugin.grpc.server import PluginServer
 from plugin.inventory import Inventory
 from plugin.metrics import Metrics, drop_kind
 from plugin.node import NodeLogic
-from plugin.orphans import OrphanSweeper
+from plugin.orphans import NodePods, OrphanSweeper
 from plugin.resourceapi import ResourceAPI, describe
+from plugin.retry import CLAIM_READS, DEFAULT_CALL_SECONDS, Deadline, call_with_retries
 from plugin.slices.publisher import SlicePublisher
 from plugin.status import StatusWriter
 
@@ -96,14 +97,22 @@ class ClaimReadError(RuntimeError):
 
 class ClaimReader:
     """GET ResourceClaims through :class:`ResourceAPI` (None for 404; other failures raise
-    :class:`ClaimReadError`)."""
+    :class:`ClaimReadError`), retried by :data:`plugin.retry.CLAIM_READS` until ``deadline``
+    (monotonic seconds; default: :data:`plugin.retry.DEFAULT_CALL_SECONDS` from now), each
+    attempt's HTTP timeout bounded by what is left."""
 
-    def __init__(self, api: ResourceAPI) -> None:
+    def __init__(self, api: ResourceAPI, request_timeout: float = 30.0) -> None:
         self.api = api
+        self.request_timeout = request_timeout
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
+        dl = Deadline(deadline) if deadline is not None else Deadline.after(DEFAULT_CALL_SECONDS)
         try:
-            return self.api.get_claim(namespace, name)
+            return call_with_retries(
+                lambda: self.api.get_claim(namespace, name,
+                                           timeout=dl.timeout(self.request_timeout)),
+                CLAIM_READS, deadline=dl, what=f"GET ResourceClaim {namespace}/{name}")
         except Exception as e:
             status = getattr(e, "status", None)
             if status == 404:
@@ -146,6 +155,7 @@ class App:
             on_error=lambda _r: self.metrics.status_errors.inc(),
             calls=self.kubelet_calls,
         )
+        self.metrics.status_behind.set_function(lambda: float(self.status.behind))
         self.node = NodeLogic(
             s.driver_name,
             self.inventory,
@@ -190,7 +200,8 @@ class App:
             else None
         )
         self.orphans = OrphanSweeper(
-            self.node, self.checkpoint, ClaimReader(self.resource_api), grace=s.orphan_grace_seconds
+            self.node, self.checkpoint, ClaimReader(self.resource_api),
+            grace=s.orphan_grace_seconds, pods=NodePods(self.resource_api, s.node_name),
         )
         self.metrics.registered.set_function(
             lambda: 1.0 if self.server.registration_state.ready else 0.0

@@ -132,12 +132,14 @@ class ClaimRecord(BaseModel):
 
 class UnpreparedRecord(BaseModel):
     """A claim unprepared recently: its allocation fingerprint (None: unknown, the claim was
-    not prepared here) and when (seconds since the epoch)."""
+    not prepared here), when (seconds since the epoch) and a digest of the claim's
+    ``status.reservedFor`` as the last prepare read it (None: unknown)."""
 
     model_config = ConfigDict(ser_json_inf_nan="constants")
 
     fingerprint: str | None = None
     at: float = 0.0
+    reservations: str | None = None
 
 
 @dataclass
@@ -326,6 +328,7 @@ class Checkpoint:
         self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
         self._leader: int | None = None
+        self._flock_holder: int | None = None
 
     # -- reading -------------------------------------------------------------------------
 
@@ -427,6 +430,12 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def _flock(self) -> Iterator[None]:
+        """The file lock; re-entrant within the thread holding it (a change's ``after``
+        that updates the checkpoint again: a second flock on a new descriptor would wait
+        for the first forever)."""
+        if self._flock_holder == threading.get_ident():
+            yield
+            return
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
         try:
             fd = os.open(self._lock_name, flags, 0o600)
@@ -435,7 +444,11 @@ class Checkpoint:
             fd = os.open(self._lock_name, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            self._flock_holder = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._flock_holder = None
         finally:
             os.close(fd)
 

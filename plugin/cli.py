@@ -63,8 +63,10 @@ def _run(argv: Sequence[str]) -> int:
         log.info("received %s; shutting down", signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # SIGHUP (a closed terminal, a supervisor's reload) shuts down cleanly as SIGTERM does:
+    # nothing is re-read at run time, and its default action would leave the sockets behind.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     try:
         app = App(settings, plugins=plugins)
         app.start()

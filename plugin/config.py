@@ -74,6 +74,13 @@ class Settings(BaseModel):
             raise ValueError("--discovery: name at least one discovery plugin")
         return v
 
+    @field_validator("orphan_grace_seconds")
+    @classmethod
+    def _not_negative(cls, v: float) -> float:
+        if not v >= 0:
+            raise ValueError(f"--orphan-grace-seconds: must be zero or more, got {v}")
+        return v
+
     @field_validator(
         "resync_seconds", "rescan_seconds", "health_resend_seconds", "orphan_check_seconds"
     )
@@ -207,6 +214,19 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         default=_env("RESYNC_SECONDS", "30"),
         help="ResourceSlice resync period [RESYNC_SECONDS]",
     )
+    p.add_argument(
+        "--orphan-grace-seconds",
+        type=float,
+        default=_env("ORPHAN_GRACE_SECONDS", "300"),
+        help="seconds a prepared claim's ResourceClaim must be gone (and no pod on this node "
+        "reference it) before it is unprepared locally [ORPHAN_GRACE_SECONDS]",
+    )
+    p.add_argument(
+        "--orphan-check-seconds",
+        type=float,
+        default=_env("ORPHAN_CHECK_SECONDS", "60"),
+        help="period of the orphan claim sweep [ORPHAN_CHECK_SECONDS]",
+    )
 
 
 def settings_from_args(ns: argparse.Namespace) -> Settings:
@@ -286,4 +306,6 @@ def _settings(ns: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Set
         log_format=ns.log_format,
         verbosity=ns.verbosity,
         resync_seconds=ns.resync_seconds,
+        orphan_grace_seconds=ns.orphan_grace_seconds,
+        orphan_check_seconds=ns.orphan_check_seconds,
     )

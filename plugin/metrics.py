@@ -148,6 +148,12 @@ class Metrics:
             lbl,
             registry=r,
         )
+        self._status_behind = Gauge(
+            "drakit_device_status_behind",
+            "Prepared or unprepared claims whose AllocatedDeviceStatus is not applied yet",
+            lbl,
+            registry=r,
+        )
         self._discovery_errors = Counter(
             "drakit_discovery_errors",
             "Failed discover() calls of discovery plugins",
@@ -172,6 +178,7 @@ class Metrics:
         self.checkpoint_errors = self._checkpoint_errors.labels(driver)
         self.status_invalid = self._status_invalid.labels(driver)
         self.status_errors = self._status_errors.labels(driver)
+        self.status_behind = self._status_behind.labels(driver)
 
     # NodeLogic observer
     def claim_prepared(self, ok: bool, seconds: float) -> None:

@@ -30,10 +30,22 @@ Rules (kubelet-wire-protocol fact sheet §2.3, §4.2; issue 3):
   refused. A legitimate prepare always comes from a pod the claim is reserved for (the
   kubelet only runs pods whose claims list them in ``reservedFor``; the resourceclaim
   controller clears the entry only once the pod is gone), so it can never match; a
-  successful prepare clears the mark.
+  successful prepare clears the mark. The mark also keeps a digest of ``reservedFor`` as
+  the claim's last prepare read it: a prepare of a claim whose ``reservedFor`` still names
+  exactly those consumers (the claim has not changed since its unprepare: a stale retry of
+  a terminated pod's prepare) is refused too; a new pod reserving the claim changes it, and
+  that prepare runs (issue 16).
 - Unprepare order: driver hooks, then (under the file lock) the checkpoint entry is dropped
   and the CDI spec removed right after the write. A crash in between leaves only an orphan
-  spec, which the start-up sweep removes, never an entry without its spec.
+  spec, which the start-up sweep removes, never an entry without its spec. When the spec
+  cannot be removed (an immutable or read-only CDI directory) the entry is put back in a
+  second write under the same lock and the claim's error says so: the device stays busy
+  while a spec still names it, and the kubelet's retry finishes the job.
+- Deadlines: a kubelet call's work ends by its gRPC deadline minus a margin to answer
+  (:func:`plugin.retry.call_deadline`); claim reads are bounded by it and run
+  concurrently; a caller waiting for another call's run of the same claim waits at most
+  until its own deadline and does not take a result produced after that call's deadline
+  (its caller had given up): it runs the claim afresh.
 - Crash recovery (:meth:`NodeLogic.recover`): ``PrepareStarted`` entries whose owner process
   is gone are rolled back; completed entries missing their CDI spec get it re-written; CDI
   specs of this driver that no entry owns are removed.
@@ -55,11 +67,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cdi.errors import CDINameError
 from cdi.spec import ContainerEdits
 from cdi.spec import Device as CDIDevice
 from discovery.plugin import ClaimRef, DeviceRequest, DiscoveryPlugin, UnprepareRequest, env_name
@@ -84,6 +98,7 @@ from plugin.claims import (
 )
 from plugin.inventory import Inventory
 from plugin.names import InvalidNameError, check_claim_uid, check_namespace, check_object_name
+from plugin.retry import call_deadline
 from plugin.types import PreparedDeviceRef, PrepareResult
 
 log = logging.getLogger(__name__)
@@ -92,11 +107,31 @@ CRASH_ENV = "DRAKIT_CRASH_POINT"
 CRASH_POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
 #: Seconds after which a CDI temp file (``.<spec file>.<random>.tmp``) is surely abandoned.
 TEMP_FILE_AGE = 60.0
+#: Threads reading the claims of one kubelet call concurrently (shared by all calls).
+CLAIM_READ_THREADS = 8
+#: reservedFor digests remembered (for the stale-prepare rule); the oldest are forgotten.
+MAX_REMEMBERED_RESERVATIONS = 4096
+
+
+class _Flight:
+    """One claim being prepared or unprepared by one kubelet call (single flight): its
+    ``future`` gets the result; ``deadline`` is that call's (monotonic seconds). A result
+    set after the deadline is ``stale``: its caller had given up, so a later call that
+    waited for it runs afresh instead of taking it."""
+
+    __slots__ = ("deadline", "future", "stale")
+
+    def __init__(self, deadline: float) -> None:
+        self.future: Future[Any] = Future()
+        self.deadline = deadline
+        self.stale = False
 
 
 class ClaimSource(Protocol):
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The claim as resource.k8s.io/v1 JSON, or None when it does not exist."""
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
+        """The claim as resource.k8s.io/v1 JSON, or None when it does not exist; gives up
+        by ``deadline`` (``time.monotonic()`` seconds) when one is given."""
         ...
 
 
@@ -146,6 +181,18 @@ def parse_crash_points(value: str | None) -> dict[str, float]:
     return points
 
 
+def reservations_digest(reserved_for: Any) -> str | None:
+    """A short hash of ``status.reservedFor`` (its consumers' resource, name and UID, in
+    any order); None when it is empty or not a list. A new pod reserving the claim changes
+    it; this driver's own status writes do not."""
+    if not isinstance(reserved_for, list) or not reserved_for:
+        return None
+    keys = sorted(
+        json.dumps([r.get("resource"), r.get("name"), r.get("uid")], default=str)
+        for r in reserved_for if isinstance(r, dict))
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+
+
 def allocation_fingerprint(allocs: list[AllocatedDevice], configs: list[OpaqueConfig]) -> str:
     """A short hash of the allocation results and opaque configs of our driver: the same
     allocation of a claim gives the same fingerprint."""
@@ -171,6 +218,7 @@ class _Plan:
     claim: dict[str, Any]
     fingerprint: str = ""
     reserved: bool = True
+    reservations: str | None = None
     configs: list[dict[str, Any]] = field(default_factory=list)
     items: list[_Item] = field(default_factory=list)
 
@@ -217,8 +265,12 @@ class NodeLogic:
         self.observer = observer
         self.on_checkpoint_error = on_checkpoint_error
         self._inflight_lock = threading.Lock()
-        self._inflight: dict[str, Future[Any]] = {}
+        self._inflight: dict[str, _Flight] = {}
         self._waiters = 0
+        self._readers: ThreadPoolExecutor | None = None
+        # claim UID → digest of status.reservedFor as last read by a prepare; an unprepare
+        # keeps it in its mark for the stale-prepare rule
+        self._reservations: dict[str, str] = {}
         spec = crash_points if crash_points is not None else os.environ.get(CRASH_ENV)
         self._crash_points = parse_crash_points(spec) or None
         if self._crash_points:
@@ -261,44 +313,69 @@ class NodeLogic:
 
     # -- single flight -------------------------------------------------------------------
 
-    def _claim_slots(self, refs: list[ClaimRef]) -> tuple[list[ClaimRef], dict[str, Future[Any]]]:
-        """Split ``refs`` into claims this call owns and futures of claims already running."""
+    def _claim_slots(self, refs: list[ClaimRef],
+                     deadline: float) -> tuple[list[ClaimRef], dict[str, _Flight]]:
+        """Split ``refs`` into claims this call owns and flights of claims already running."""
         mine: list[ClaimRef] = []
-        waiting: dict[str, Future[Any]] = {}
+        waiting: dict[str, _Flight] = {}
         with self._inflight_lock:
             for ref in refs:
-                fut = self._inflight.get(ref.uid)
-                if fut is not None:
-                    waiting[ref.uid] = fut
+                flight = self._inflight.get(ref.uid)
+                if flight is not None:
+                    waiting[ref.uid] = flight
                 else:
-                    self._inflight[ref.uid] = Future()
+                    self._inflight[ref.uid] = _Flight(deadline)
                     mine.append(ref)
         return mine, waiting
 
     def _release(self, results: dict[str, Any], owned: list[ClaimRef]) -> None:
+        now = time.monotonic()
         with self._inflight_lock:
             for ref in owned:
-                fut = self._inflight.pop(ref.uid, None)
-                if fut is not None:
-                    fut.set_result(results.get(ref.uid))
+                flight = self._inflight.pop(ref.uid, None)
+                if flight is not None:
+                    flight.stale = now > flight.deadline
+                    flight.future.set_result(results.get(ref.uid))
 
-    def _wait(self, fut: Future[Any]) -> Any:
+    def _wait(self, flight: _Flight, deadline: float) -> tuple[bool, Any]:
+        """Wait for another call's run of a claim, until ``deadline``. Returns (True, its
+        result), or (False, None) when the deadline came first or the result is stale."""
         with self._inflight_lock:
             self._waiters += 1
         try:
-            return fut.result()
+            got = flight.future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            return False, None
         finally:
             with self._inflight_lock:
                 self._waiters -= 1
+        return (False, None) if flight.stale else (True, got)
+
+    def _remember_reservations(self, uid: str, digest: str | None) -> None:
+        """Note the ``status.reservedFor`` digest a prepare of claim ``uid`` saw."""
+        if digest:
+            with self._inflight_lock:
+                self._reservations.pop(uid, None)
+                self._reservations[uid] = digest
+                while len(self._reservations) > MAX_REMEMBERED_RESERVATIONS:
+                    del self._reservations[next(iter(self._reservations))]
 
     # -- prepare -------------------------------------------------------------------------
 
-    def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        """NodePrepareResources: one PrepareResult per distinct claim UID in ``claims``."""
-        with self.calls.call():
-            return self._prepare_claims(claims)
+    def prepare_claims(self, claims: list[ClaimRef], *,
+                       deadline: float | None = None) -> dict[str, PrepareResult]:
+        """NodePrepareResources: one PrepareResult per distinct claim UID in ``claims``.
 
-    def _prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        ``deadline`` (``time.monotonic()`` seconds; default :func:`plugin.retry.call_deadline`
+        of a call without one) bounds every API call and every wait for another call's run
+        of the same claim; a claim not done by then gets a retryable per-claim error."""
+        if deadline is None:
+            deadline = call_deadline(None)
+        with self.calls.call():
+            return self._prepare_claims(claims, deadline)
+
+    def _prepare_claims(self, claims: list[ClaimRef],
+                        deadline: float) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         refs: list[ClaimRef] = []
         for ref in _dedupe(claims):
@@ -310,9 +387,9 @@ class NodeLogic:
             refs.append(ref)
         started = time.monotonic()
         while refs:
-            mine, waiting = self._claim_slots(refs)
+            mine, waiting = self._claim_slots(refs, deadline)
             try:
-                results.update(self._prepare_owned(mine))
+                results.update(self._prepare_owned(mine, deadline))
             finally:
                 self._release(results, mine)
             if self.observer:
@@ -321,17 +398,24 @@ class NodeLogic:
                     got = results.get(ref.uid)
                     self.observer.claim_prepared(got is not None and not got.error, elapsed)
             refs = []
-            for uid, fut in waiting.items():
-                got = self._wait(fut)
-                if isinstance(got, PrepareResult):
+            for uid, flight in waiting.items():
+                ok, got = self._wait(flight, deadline)
+                if ok and isinstance(got, PrepareResult):
                     results[uid] = got  # the first caller's answer
+                elif time.monotonic() >= deadline:
+                    ref = next(r for r in claims if r.uid == uid)
+                    results[uid] = PrepareResult(error=(
+                        f"ResourceClaim {ref.namespace}/{ref.name}: an earlier call for this "
+                        "claim was still running when this call's deadline came; retry"))
                 else:
-                    # The running call was an unprepare (or failed): prepare after it.
+                    # The running call was an unprepare, failed, or its caller had given up
+                    # (a stale result): prepare afresh.
                     refs.extend(r for r in claims if r.uid == uid and r.uid not in results)
             refs = _dedupe(refs)
         return results
 
-    def _prepare_owned(self, refs: list[ClaimRef]) -> dict[str, PrepareResult]:
+    def _prepare_owned(self, refs: list[ClaimRef],
+                       deadline: float) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         todo: list[ClaimRef] = []
         for ref in refs:
@@ -345,19 +429,48 @@ class NodeLogic:
             else:
                 todo.append(ref)
         plans: list[_Plan] = []
-        for ref in todo:
-            try:
-                plans.append(self._plan(ref))
-            except ClaimError as e:
-                results[ref.uid] = PrepareResult(error=str(e))
-                log.warning("prepare failed: %s", e, extra=_ctx(ref))
-            except Exception as e:
+        for ref, got in zip(todo, self._plan_all(todo, deadline), strict=True):
+            if isinstance(got, _Plan):
+                plans.append(got)
+            elif isinstance(got, ClaimError):
+                results[ref.uid] = PrepareResult(error=str(got))
+                log.warning("prepare failed: %s", got, extra=_ctx(ref))
+            else:
                 results[ref.uid] = PrepareResult(
-                    error=f"ResourceClaim {ref.namespace}/{ref.name}: {type(e).__name__}: {e}")
-                log.exception("prepare failed", extra=_ctx(ref))
+                    error=f"ResourceClaim {ref.namespace}/{ref.name}: {type(got).__name__}: {got}")
+                log.error("prepare failed: %s", got, exc_info=got, extra=_ctx(ref))
         if plans:
             results.update(self._run_plans(plans))
         return results
+
+    def _plan_all(self, refs: list[ClaimRef], deadline: float) -> list[_Plan | BaseException]:
+        """:meth:`_plan` of every claim, concurrently (the first in this thread, the others
+        on the shared reader threads); each result is the plan or the exception it raised.
+        A read still running at ``deadline`` is answered with a retryable error."""
+        def plan(ref: ClaimRef) -> _Plan | BaseException:
+            try:
+                return self._plan(ref, deadline)
+            except Exception as e:
+                return e
+
+        if len(refs) <= 1:
+            return [plan(r) for r in refs]
+        if self._readers is None:
+            with self._inflight_lock:
+                if self._readers is None:
+                    self._readers = ThreadPoolExecutor(CLAIM_READ_THREADS,
+                                                       thread_name_prefix="claim-read")
+        futures = [self._readers.submit(plan, r) for r in refs[1:]]
+        out: list[_Plan | BaseException] = [plan(refs[0])]
+        for ref, fut in zip(refs[1:], futures, strict=True):
+            try:
+                out.append(fut.result(timeout=max(0.0, deadline - time.monotonic()) + 0.5))
+            except FutureTimeout:
+                fut.cancel()
+                out.append(RetryableClaimError(
+                    f"ResourceClaim {ref.namespace}/{ref.name}: reading it from the API did "
+                    "not finish before the call's deadline; retry"))
+        return out
 
     def _answer_from_record(self, rec: ClaimRecord) -> PrepareResult:
         try:
@@ -368,9 +481,9 @@ class NodeLogic:
             return PrepareResult(error=f"re-writing CDI spec of claim {rec.uid}: {e}")
         return PrepareResult(devices=_refs(rec))
 
-    def _plan(self, ref: ClaimRef) -> _Plan:
+    def _plan(self, ref: ClaimRef, deadline: float | None = None) -> _Plan:
         try:
-            claim = self.claim_source.get_claim(ref.namespace, ref.name)
+            claim = self.claim_source.get_claim(ref.namespace, ref.name, deadline=deadline)
         except Exception as e:
             raise RetryableClaimError(
                 f"ResourceClaim {ref.namespace}/{ref.name}: cannot read it from the API: {e}"
@@ -384,6 +497,7 @@ class NodeLogic:
         plan = _Plan(
             ref, claim, fingerprint=allocation_fingerprint(allocs, configs),
             reserved=bool(status.get("reservedFor")),
+            reservations=reservations_digest(status.get("reservedFor")),
             configs=[{"source": c.source, "requests": list(c.requests),
                       "opaque": {"driver": self.driver_name, "parameters": c.parameters}}
                      for c in configs],
@@ -434,13 +548,19 @@ class NodeLogic:
                     f"({existing.owner}); retry"))
                 continue
             mark = state.unprepared.get(uid)
-            if (mark is not None and not p.reserved
-                    and mark.fingerprint in (None, p.fingerprint)):
-                refused[uid] = PrepareResult(error=(
-                    f"{name}: stale prepare: this allocation was unprepared at "
-                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(mark.at))} and "
-                    "status.reservedFor is empty; not preparing it again"))
-                continue
+            if mark is not None and mark.fingerprint in (None, p.fingerprint):
+                when = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(mark.at))
+                if not p.reserved:
+                    refused[uid] = PrepareResult(error=(
+                        f"{name}: stale prepare: this allocation was unprepared at {when} and "
+                        "status.reservedFor is empty; not preparing it again"))
+                    continue
+                if p.reservations is not None and p.reservations == mark.reservations:
+                    refused[uid] = PrepareResult(error=(
+                        f"{name}: stale prepare: the claim was unprepared at {when} and has "
+                        "not changed since (status.reservedFor names the same consumers); "
+                        "not preparing it again"))
+                    continue
             conflict = None
             for it in p.items:
                 other = busy.get((it.alloc.pool, it.alloc.device))
@@ -476,6 +596,8 @@ class NodeLogic:
         except CheckpointError as e:
             msg = self._checkpoint_failed(e)
             return {p.ref.uid: PrepareResult(error=msg) for p in plans}
+        for p in plans:  # the claims as this call saw them, for a later unprepare's mark
+            self._remember_reservations(p.ref.uid, p.reservations)
         for uid, rec in completed.items():
             results[uid] = self._answer_from_record(rec)
         for uid, res in results.items():
@@ -578,15 +700,23 @@ class NodeLogic:
 
     # -- unprepare -----------------------------------------------------------------------
 
-    def unprepare_claims(self, claims: list[ClaimRef],
-                         write_status: bool = True) -> dict[str, str]:
+    def unprepare_claims(self, claims: list[ClaimRef], write_status: bool = True, *,
+                         deadline: float | None = None) -> dict[str, str]:
         """NodeUnprepareResources from the checkpoint alone: claim UID → error ("" = ok).
-        Unknown claims are success. ``write_status=False`` leaves the claim's
-        AllocatedDeviceStatus alone (the orphan sweep: the claim is gone or replaced)."""
+        Unknown claims are success once no CDI spec of theirs is left. A claim succeeds only
+        when its device is released: every unprepare hook done and its CDI spec removed;
+        otherwise its error names what failed and its checkpoint entry stays (the device
+        stays busy), so the kubelet's retry finishes the job. ``write_status=False`` leaves
+        the claim's AllocatedDeviceStatus alone (the orphan sweep: the claim is gone or
+        replaced). ``deadline`` (monotonic seconds) bounds the wait for another call's run
+        of the same claim."""
+        if deadline is None:
+            deadline = call_deadline(None)
         with self.calls.call():
-            return self._unprepare_claims(claims, write_status)
+            return self._unprepare_claims(claims, write_status, deadline)
 
-    def _unprepare_claims(self, claims: list[ClaimRef], write_status: bool) -> dict[str, str]:
+    def _unprepare_claims(self, claims: list[ClaimRef], write_status: bool,
+                          deadline: float) -> dict[str, str]:
         results: dict[str, str] = {}
         refs: list[ClaimRef] = []
         for ref in _dedupe(claims):
@@ -598,7 +728,7 @@ class NodeLogic:
             refs.append(ref)
         started = time.monotonic()
         while refs:
-            mine, waiting = self._claim_slots(refs)
+            mine, waiting = self._claim_slots(refs, deadline)
             try:
                 results.update(self._unprepare_owned(mine, write_status))
             finally:
@@ -608,8 +738,17 @@ class NodeLogic:
                 for ref in mine:
                     self.observer.claim_unprepared(results.get(ref.uid) == "", elapsed)
             # A prepare or unprepare of these claims was running: run ours after it.
-            for fut in waiting.values():
-                self._wait(fut)
+            late = False
+            for flight in waiting.values():
+                self._wait(flight, deadline)
+                late = late or time.monotonic() >= deadline
+            if late:
+                for ref in refs:
+                    if ref.uid in waiting:
+                        results[ref.uid] = (f"claim {ref.uid}: an earlier call for this claim "
+                                            "was still running when this call's deadline "
+                                            "came; retry")
+                break
             refs = [r for r in refs if r.uid in waiting]
         return results
 
@@ -639,20 +778,25 @@ class NodeLogic:
             try:
                 self._run_unprepare_hooks(rec)
             except Exception as e:
-                results[ref.uid] = f"{type(e).__name__}: {e}"
+                results[ref.uid] = (f"ResourceClaim {rec.namespace}/{rec.name}: "
+                                    f"{type(e).__name__}: {e}; the claim stays prepared")
                 log.exception("unprepare failed", extra=_ctx(ref))
                 continue
             drop[ref.uid] = rec
             results[ref.uid] = ""
+        failed: dict[str, str] = {}
         if drop or unknown:
             try:
-                self._drop(drop, unknown)
+                failed = self._drop(drop, unknown)
             except CheckpointError as e:
                 msg = self._checkpoint_failed(e)
                 for uid in drop:
                     results[uid] = msg
                 return results
+        results.update(failed)
         for uid, rec in drop.items():
+            if uid in failed:
+                continue
             if write_status and self.status is not None and rec.phase == "PrepareCompleted":
                 ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=uid)
                 try:
@@ -662,29 +806,51 @@ class NodeLogic:
             log.info("unprepared claim", extra={"claim_uid": uid})
         return results
 
-    def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str]) -> None:
+    def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str]) -> dict[str, str]:
         """One checkpoint write: remove the entries of ``drop`` and mark them (and the
         ``unknown`` UIDs) unprepared; then, still under the file lock, remove their CDI
-        specs."""
+        specs (and any spec an ``unknown`` UID still has). A claim whose spec cannot be
+        removed gets its entry back (a second write, same lock: the device stays busy while
+        a spec still names it). Returns claim UID → error for those."""
         now = time.time()
+        with self._inflight_lock:
+            seen = {uid: self._reservations[uid] for uid in [*drop, *unknown]
+                    if uid in self._reservations}
+        failed: dict[str, str] = {}
 
         def change(state: CheckpointState) -> None:
             for uid, rec in drop.items():
                 state.claims.pop(uid, None)
-                state.unprepared[uid] = UnpreparedRecord(fingerprint=rec.fingerprint, at=now)
+                state.unprepared[uid] = UnpreparedRecord(
+                    fingerprint=rec.fingerprint, at=now, reservations=seen.get(uid))
             for uid in unknown:
                 if uid not in state.claims and uid not in state.unprepared:
-                    state.unprepared[uid] = UnpreparedRecord(fingerprint=None, at=now)
+                    state.unprepared[uid] = UnpreparedRecord(
+                        fingerprint=None, at=now, reservations=seen.get(uid))
+
+        def restore(state: CheckpointState) -> None:
+            for uid in failed:
+                if uid in drop and uid not in state.claims:
+                    state.claims[uid] = drop[uid]
+                    state.unprepared.pop(uid, None)
 
         def remove_specs(_: None) -> None:
-            for uid in drop:
+            for uid in [*drop, *unknown]:
                 try:
                     self.specs.remove(uid)
-                except Exception:
-                    log.exception("removing CDI spec failed; the orphan sweep retries",
-                                  extra={"claim_uid": uid})
+                except Exception as e:
+                    if isinstance(e, CDINameError) and uid not in drop:
+                        continue  # an unknown UID no spec file can be named after
+                    rec = drop.get(uid)
+                    what = f"ResourceClaim {rec.namespace}/{rec.name}" if rec else f"claim {uid}"
+                    failed[uid] = (f"{what}: removing its CDI spec failed: "
+                                   f"{type(e).__name__}: {e}; the claim stays prepared, retry")
+                    log.error("%s", failed[uid], extra={"claim_uid": uid})
+            if any(uid in drop for uid in failed):
+                self.checkpoint.update_state(restore)
 
         self.checkpoint.update_state(change, after=remove_specs)
+        return failed
 
     def _run_unprepare_hooks(self, rec: ClaimRecord) -> None:
         ref = ClaimRef(namespace=rec.namespace, name=rec.name, uid=rec.uid)
@@ -759,7 +925,7 @@ class NodeLogic:
         ]
         if not candidates:
             return 0
-        mine, _busy = self._claim_slots(candidates)
+        mine, _busy = self._claim_slots(candidates, call_deadline(None))
         adopted: list[ClaimRecord] = []
         try:
             uids = {r.uid for r in mine}

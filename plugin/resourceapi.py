@@ -20,22 +20,28 @@ retryable ones with exponential backoff and jitter, honouring ``Retry-After``.
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
-import random
 import string
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes.client import ApiClient, ApiException
-from kubernetes.client.rest import RESTResponse
 
+from plugin.retry import (
+    Backoff,
+    ErrorKind,
+    ResponseTooLarge,
+    call_with_retries,
+    classify,
+    describe,
+    retry_after_seconds,
+)
 from plugin.slices import convert
 
 GROUP: Final = convert.GROUP
@@ -45,9 +51,15 @@ APPLY_PATCH: Final = "application/apply-patch+yaml"
 JSON: Final = "application/json"
 #: Seconds an auth header computed from the ApiClient's configuration is reused.
 AUTH_REUSE_SECONDS: Final = 1.0
+#: Largest answer read for one object (bytes). etcd stores at most 1.5 MiB per object; a
+#: bigger answer is refused with :class:`ResponseTooLarge` before it is read whole.
+MAX_OBJECT_BYTES: Final = 8 * 1024 * 1024
+#: Largest answer read for one page of a list (bytes; pages hold at most 500 objects).
+MAX_LIST_BYTES: Final = 256 * 1024 * 1024
+#: Largest body of an error answer read (bytes; a Status object is a few hundred bytes).
+MAX_ERROR_BYTES: Final = 64 * 1024
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class ResourceAPIUnavailable(RuntimeError):
@@ -57,105 +69,9 @@ class ResourceAPIUnavailable(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # error classification and retries
 
-class ErrorKind(enum.Enum):
-    RETRYABLE = "retryable"
-    CONFLICT = "conflict"
-    NOT_FOUND = "not found"
-    EXPIRED = "expired"
-    FATAL = "fatal"
-
-
-_CONNECTION_ERRORS: Final = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
-
-
-def classify(exc: BaseException) -> ErrorKind:
-    """Sort an error from the client: 429/5xx/connection problems are retryable, 409 is a
-    conflict (re-read and retry), 404 not found, 410 an expired resourceVersion (re-list),
-    anything else (400, 401, 403, 422, …) fatal for this request."""
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
-        if status == 0 or status == 429 or status >= 500:
-            return ErrorKind.RETRYABLE
-        if status == 409:
-            return ErrorKind.CONFLICT
-        if status == 404:
-            return ErrorKind.NOT_FOUND
-        if status == 410:
-            return ErrorKind.EXPIRED
-        return ErrorKind.FATAL
-    if isinstance(exc, _CONNECTION_ERRORS):
-        return ErrorKind.RETRYABLE
-    return ErrorKind.FATAL
-
-
-def retry_after_seconds(exc: BaseException) -> float | None:
-    """The ``Retry-After`` delay of a 429/503 answer, in seconds (None when absent)."""
-    headers = getattr(exc, "headers", None)
-    if not headers:
-        return None
-    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except (TypeError, ValueError):
-        return None
-
-
-def describe(exc: BaseException) -> str:
-    """A one-line description: HTTP status, reason and the Status message (with causes)."""
-    if isinstance(exc, ApiException):
-        text = f"HTTP {exc.status} {exc.reason or ''}".strip()
-        try:
-            body = json.loads(exc.body) if exc.body else {}
-        except (TypeError, ValueError):
-            body = {}
-        if isinstance(body, dict) and body.get("message"):
-            text += f": {body['message']}"
-        return text
-    return f"{type(exc).__name__}: {exc}"
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter: attempt ``n`` (1-based) waits
-    ``min(max_delay, initial · factor^(n-1))``, spread by ±``jitter`` (a fraction).
-    ``attempts`` bounds the calls per operation; ``max_retry_after`` caps a server's
-    Retry-After (seconds)."""
-
-    initial: float = 0.2
-    factor: float = 2.0
-    max_delay: float = 10.0
-    jitter: float = 0.2
-    attempts: int = 5
-    max_retry_after: float = 60.0
-
-    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        base = min(self.max_delay, self.initial * self.factor ** max(0, attempt - 1))
-        return max(0.0, base * (1 + self.jitter * (2 * rng() - 1)))
-
-
-def call_with_retries(fn: Callable[[], T], backoff: Backoff, *,
-                      sleep: Callable[[float], Any] = time.sleep,
-                      rng: Callable[[], float] = random.random,
-                      what: str = "API call") -> T:
-    """Call ``fn``; on a retryable error wait (Retry-After if the server gave one, else the
-    backoff delay) and try again, at most ``backoff.attempts`` calls. Other errors, and the
-    last retryable one, are raised unchanged."""
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return fn()
-        except Exception as exc:
-            if classify(exc) is not ErrorKind.RETRYABLE or attempt >= backoff.attempts:
-                raise
-            wait = retry_after_seconds(exc)
-            wait = min(wait, backoff.max_retry_after) if wait is not None \
-                else backoff.delay(attempt, rng)
-            log.info("%s failed (%s), retry %d/%d in %.2fs", what, describe(exc), attempt,
-                     backoff.attempts - 1, wait)
-            sleep(wait)
+# Defined in plugin.retry (the one retry policy); re-exported here for callers of this module.
+__all__ = ["Backoff", "ErrorKind", "ResponseTooLarge", "call_with_retries", "classify",
+           "describe", "retry_after_seconds"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,10 +266,14 @@ class ResourceAPI:
         resp = self._urlopen(method, path, body=payload, headers=headers,
                              preload_content=False, timeout=self._timeouts(timeout))
         if not 200 <= resp.status <= 299:
-            rest = RESTResponse(resp)
-            rest.read()
+            # an error's body is read up to MAX_ERROR_BYTES (a Status object is small)
+            data = resp.read(MAX_ERROR_BYTES)
+            resp.close()
             resp.release_conn()
-            raise ApiException.from_response(http_resp=rest, body=None, data=None)
+            exc = ApiException(status=resp.status, reason=resp.reason,
+                               body=data.decode("utf-8", "replace"))
+            exc.headers = resp.headers
+            raise exc
         return resp
 
     def _urlopen(self, method: str, path: str, **kwargs: Any) -> urllib3.BaseHTTPResponse:
@@ -362,6 +282,9 @@ class ResourceAPI:
         the pool up on every call); through a proxy the pool manager does it all."""
         host = self.api_client.configuration.host
         manager = self.api_client.rest_client.pool_manager
+        # No retries inside urllib3: its default Retry sleeps for any Retry-After, uncapped
+        # and outside the caller's deadline. plugin.retry is the one retry policy.
+        kwargs["retries"] = False
         if type(manager) is not urllib3.PoolManager:
             kwargs["headers"] = dict(kwargs["headers"])  # the shared dict stays untouched
             return manager.urlopen(method, host + path, **kwargs)
@@ -439,13 +362,32 @@ class ResourceAPI:
             return urllib3.Timeout(connect=timeout[0], read=timeout[1])
         return urllib3.Timeout(total=timeout)
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """:meth:`_send` and the answer's JSON object."""
+    def _json(self, method: str, path: str, *, max_bytes: int = MAX_OBJECT_BYTES,
+              **kwargs: Any) -> dict[str, Any]:
+        """:meth:`_send` and the answer's JSON object. An answer over ``max_bytes`` (by
+        its Content-Length, or once that much was read) raises :class:`ResponseTooLarge`
+        and its connection is dropped."""
         resp = self._send(method, path, **kwargs)
+        ok = False
         try:
-            return _dict(json.loads(resp.read()))
+            length = resp.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) > max_bytes:
+                raise ResponseTooLarge(
+                    f"{method} {path.split('?', 1)[0]}: the answer is {int(length)} bytes, "
+                    f"more than the {max_bytes} accepted; refused")
+            data = resp.read(max_bytes + 1)
+            if len(data) > max_bytes:
+                raise ResponseTooLarge(
+                    f"{method} {path.split('?', 1)[0]}: the answer is more than the "
+                    f"{max_bytes} bytes accepted; refused")
+            ok = True
+            return _dict(json.loads(data))
         finally:
-            resp.release_conn()
+            if ok:
+                resp.release_conn()
+            else:  # unread bytes left: the connection cannot be reused
+                resp.close()
+                resp.release_conn()
 
     def _path(self, version: str, plural: str, name: str | None = None,
               namespace: str | None = None, subresource: str | None = None) -> str:
@@ -522,10 +464,13 @@ class ResourceAPI:
 
     # -- claims -------------------------------------------------------------------------------
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """GET a ResourceClaim, returned in the v1 shape (404 raises ApiException)."""
+    def get_claim(self, namespace: str, name: str,
+                  timeout: float | None = None) -> dict[str, Any]:
+        """GET a ResourceClaim, returned in the v1 shape (404 raises ApiException).
+        ``timeout`` (seconds) bounds the request instead of the client's default."""
         version = self.version
-        obj = self._json("GET", self._path(version, CLAIMS, name, namespace))
+        obj = self._json("GET", self._path(version, CLAIMS, name, namespace),
+                         timeout=timeout)
         return convert.claim_from_version(obj, version)
 
     def _apply_status(self, namespace: str, name: str, body: dict[str, Any],
@@ -586,7 +531,8 @@ class ResourceAPI:
             query: dict[str, Any] = {"fieldSelector": selector,
                                      "labelSelector": label_selector or None,
                                      "limit": 500, "continue": token}
-            page = self._json("GET", self._path(version, SLICES), query=query)
+            page = self._json("GET", self._path(version, SLICES), query=query,
+                              max_bytes=MAX_LIST_BYTES)
             meta = page.get("metadata") or {}
             items.extend(convert.slice_from_version(i, version) for i in page.get("items") or [])
             rv = str(meta.get("resourceVersion", rv))
@@ -645,6 +591,21 @@ class ResourceAPI:
         return SliceWatch(resp, version)
 
     # -- core ---------------------------------------------------------------------------------
+
+    def list_node_pods(self, node: str, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Pods bound to ``node`` (core/v1, field selector ``spec.nodeName``; all pages),
+        as JSON objects. Needs ``get``/``list`` on ``pods`` (deploy/ grants it)."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            query: dict[str, Any] = {"fieldSelector": f"spec.nodeName={node}", "limit": 500,
+                                     "continue": token}
+            page = self._json("GET", "/api/v1/pods", query=query, max_bytes=MAX_LIST_BYTES,
+                              timeout=timeout)
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
 
     def get_node_uid(self, name: str) -> str:
         """The UID of Node ``name`` (for owner references)."""

@@ -11,10 +11,12 @@ never touched. An invalid entry is left out with a logged, counted reason: the d
 still usable, so the prepare does not fail.
 
 Writes happen on a background worker (latest desired state per claim wins; 409 and transient
-errors retry with backoff), so prepare never waits on the API for status; ``flush`` waits for
-the queue to drain (tests, shutdown). With a :class:`plugin.activity.KubeletCalls`, each write
-waits for a moment with no kubelet call in flight, at most ``defer_seconds`` after its claim
-was queued (so a burst of pod starts is not slowed by the status of the first pods).
+errors retry with capped backoff until the status holds, the claim is gone or replaced, or a
+newer state supersedes it: reconciled, not fire-and-forget), so prepare never waits on the
+API for status; ``flush`` waits for the queue to drain (tests, shutdown). With a
+:class:`plugin.activity.KubeletCalls`, each write waits for a moment with no kubelet call in
+flight, at most ``defer_seconds`` after its claim was queued (so a burst of pod starts is
+not slowed by the status of the first pods).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -33,7 +36,7 @@ from discovery.builtin.net import canonical_cidr
 from discovery.plugin import ClaimRef
 from plugin.activity import KubeletCalls
 from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from plugin.resourceapi import Backoff, ErrorKind, classify, describe, retry_after_seconds
+from plugin.retry import Backoff, ErrorKind, classify, describe
 from plugin.slices import formats
 
 log = logging.getLogger(__name__)
@@ -227,24 +230,51 @@ def build_entries(
 
 def _drop_reason(exc: BaseException) -> str | None:
     """Why a failed write is given up for good (None: retry it). A missing claim or one
-    re-created under the same name (the UID precondition failed) needs nothing written;
-    429, 5xx, other conflicts and connection errors are retried."""
+    re-created under the same name needs nothing written: the UID precondition fails with
+    409 ``Precondition failed: UID`` (the embedded server) or 422 ``metadata.uid: Invalid
+    value: …: field is immutable`` (kube-apiserver's apply). 429, 5xx, other conflicts and
+    connection errors are retried."""
     kind = classify(exc)
     if kind is ErrorKind.NOT_FOUND:
         return "gone"
-    if kind is ErrorKind.CONFLICT and "Precondition failed: UID" in str(getattr(exc, "body", exc)):
+    body = str(getattr(exc, "body", exc))
+    if kind is ErrorKind.CONFLICT and "Precondition failed: UID" in body:
+        return "replaced"
+    if (getattr(exc, "status", None) == 422 and "metadata.uid" in body
+            and "field is immutable" in body):
         return "replaced"
     if kind in (ErrorKind.RETRYABLE, ErrorKind.CONFLICT):
         return None
     return "failed"
 
 
-class StatusWriter:
-    """Writes this driver's AllocatedDeviceStatus entries in the background.
+@dataclass
+class _Want:
+    """The desired status of one claim: ``entries`` ([] = withdraw ours); ``since`` when it
+    was first queued, ``due`` when to try next (monotonic seconds), ``attempts`` failed so
+    far, ``behind_since`` when the first attempt failed."""
 
-    ``field_manager`` defaults to ``drakit/<driver>``. ``max_attempts`` bounds retries of one
-    claim's write (backoff 0.1 s doubling to 5 s, with jitter; Retry-After honoured, up to
-    30 s). ``calls``: kubelet calls in flight; a write waits while there are any, at most
+    claim: ClaimRef
+    entries: list[dict[str, Any]]
+    since: float
+    due: float
+    attempts: int = 0
+    behind_since: float | None = None
+
+
+class StatusWriter:
+    """Reconciles this driver's AllocatedDeviceStatus entries in the background.
+
+    What the checkpoint says a claim's status should be (:meth:`write` after prepare,
+    :meth:`remove` after unprepare) is applied until it holds: a failed write (429, 5xx,
+    409, connection errors) is tried again with backoff (0.1 s doubling to
+    ``max_retry_seconds``, jitter; Retry-After honoured up to that) for as long as it
+    fails, and is only given up when the claim is gone or was re-created under the same
+    name, when a newer desired state replaces it, or on an error no retry can fix (400,
+    403, 422 other than the UID precondition). After ``max_attempts`` failed attempts the
+    claim is reported once (logged, ``on_error``); :attr:`behind` counts the claims whose
+    status is not applied yet. ``field_manager`` defaults to ``drakit/<driver>``.
+    ``calls``: kubelet calls in flight; a write waits while there are any, at most
     ``defer_seconds`` (default :data:`DEFER_SECONDS`) after its claim was first queued.
     """
 
@@ -258,6 +288,7 @@ class StatusWriter:
         on_error: Callable[[str], None] | None = None,
         calls: KubeletCalls | None = None,
         defer_seconds: float = DEFER_SECONDS,
+        max_retry_seconds: float = 30.0,
     ) -> None:
         self.api = api
         self.calls = calls
@@ -265,18 +296,25 @@ class StatusWriter:
         self.driver = driver
         self.field_manager = field_manager or f"drakit/{driver}"
         self.max_attempts = max_attempts
-        self.backoff = Backoff(initial=0.1, max_delay=5.0, jitter=0.5, max_retry_after=30.0)
+        self.backoff = Backoff(initial=0.1, max_delay=max_retry_seconds, jitter=0.5,
+                               max_retry_after=max_retry_seconds)
         self.on_invalid = on_invalid
         self.on_error = on_error
         self._cond = threading.Condition()
-        # claim UID → (claim, entries, when first queued); in first-queued order
-        self._pending: dict[str, tuple[ClaimRef, list[dict[str, Any]], float]] = {}
+        # claim UID → its desired status; in first-queued order
+        self._pending: dict[str, _Want] = {}
         self._busy = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
         self._thread.start()
         self.writes = 0
         self.failures = 0
+
+    @property
+    def behind(self) -> int:
+        """Claims whose desired status is not applied yet (queued, retrying or in flight)."""
+        with self._cond:
+            return len(self._pending) + (1 if self._busy else 0)
 
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None:
         """Queue the entries of a prepared claim."""
@@ -287,74 +325,106 @@ class StatusWriter:
         self._enqueue(claim, [])
 
     def _enqueue(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
+        now = time.monotonic()
         with self._cond:
-            queued = self._pending.get(claim.uid)
-            since = queued[2] if queued is not None else time.monotonic()
-            self._pending[claim.uid] = (claim, entries, since)
+            queued = self._pending.pop(claim.uid, None)
+            since = queued.since if queued is not None else now
+            self._pending[claim.uid] = _Want(claim, entries, since, due=now)
             self._cond.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every queued write finished (or was given up); False on timeout."""
+        """Wait until every queued status is applied (or given up); False on timeout (a
+        claim is still behind, e.g. the API server keeps failing)."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Apply what is queued (at most ``timeout`` seconds), then end the worker; what is
+        still behind then is left behind."""
         self.flush(timeout)
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
         self._thread.join(timeout)
 
+    def _next_due(self) -> tuple[str | None, float]:
+        """(UID of the earliest due claim, seconds until it is due); (None, inf) when empty."""
+        if not self._pending:
+            return None, float("inf")
+        uid = min(self._pending, key=lambda u: self._pending[u].due)
+        return uid, self._pending[uid].due - time.monotonic()
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._stopped)
-                if self._stopped and not self._pending:
+                while not self._stopped:
+                    uid, wait = self._next_due()
+                    if uid is not None and wait <= 0:
+                        break
+                    self._cond.wait(None if uid is None else wait)
+                if self._stopped:
                     return
-                uid = next(iter(self._pending))
-                since = self._pending[uid][2]
+                assert uid is not None
+                since = self._pending[uid].since
                 self._busy = True
             if self.calls is not None and self.calls.in_flight and not self._stopped:
                 self.calls.wait_quiet(since + self.defer_seconds)
             with self._cond:
                 # the newest desired state of that claim (a remove may have replaced it)
-                claim, entries, _ = self._pending.pop(uid)
+                want = self._pending.pop(uid)
             try:
-                self._apply(claim, entries)
+                self._apply(want)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _apply(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
-        for attempt in range(1, self.max_attempts + 1):
-            with self._cond:
-                if claim.uid in self._pending:
-                    return  # a newer desired state superseded this one
-            try:
-                # uid: never touch a claim re-created under the same name (409, dropped)
-                if entries:
-                    self.api.apply_claim_status_devices(
-                        claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid
-                    )
-                else:
-                    self.api.remove_claim_status_devices(
-                        claim.namespace, claim.name, self.field_manager, uid=claim.uid
-                    )
-                self.writes += 1
-                return
-            except Exception as e:
-                drop = _drop_reason(e)
-                if drop is not None:
-                    if drop == "failed":
-                        self._failed(claim, describe(e))
-                    return
-                if attempt == self.max_attempts:
-                    self._failed(claim, f"gave up after {attempt} attempts: {describe(e)}")
-                    return
-                after = retry_after_seconds(e)
-                wait = self.backoff.delay(attempt) if after is None else after
-                time.sleep(min(wait, self.backoff.max_retry_after))
+    def _apply(self, want: _Want) -> None:
+        claim, entries = want.claim, want.entries
+        try:
+            # uid: never touch a claim re-created under the same name (dropped below)
+            if entries:
+                self.api.apply_claim_status_devices(
+                    claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid
+                )
+            else:
+                self.api.remove_claim_status_devices(
+                    claim.namespace, claim.name, self.field_manager, uid=claim.uid
+                )
+        except Exception as e:
+            self._retry_or_drop(want, e)
+            return
+        self.writes += 1
+        if want.behind_since is not None:
+            log.info("AllocatedDeviceStatus of ResourceClaim %s/%s applied after %d failed "
+                     "attempt(s), %.1fs behind", claim.namespace, claim.name, want.attempts,
+                     time.monotonic() - want.behind_since, extra={"claim_uid": claim.uid})
+
+    def _retry_or_drop(self, want: _Want, e: Exception) -> None:
+        claim = want.claim
+        drop = _drop_reason(e)
+        if drop is not None:
+            if drop == "failed":
+                self._failed(claim, describe(e))
+            else:
+                log.debug("AllocatedDeviceStatus of ResourceClaim %s/%s not written: the "
+                          "claim is %s (%s)", claim.namespace, claim.name, drop, describe(e),
+                          extra={"claim_uid": claim.uid})
+            return
+        now = time.monotonic()
+        want.attempts += 1
+        if want.behind_since is None:
+            want.behind_since = now
+        if want.attempts == self.max_attempts:
+            self._failed(claim, f"still failing after {want.attempts} attempts, retrying "
+                                f"every {self.backoff.max_delay:.0f}s at most: {describe(e)}")
+        else:
+            log.debug("AllocatedDeviceStatus of ResourceClaim %s/%s: attempt %d failed: %s",
+                      claim.namespace, claim.name, want.attempts, describe(e))
+        want.due = now + self.backoff.wait_after(e, want.attempts)
+        with self._cond:
+            if claim.uid not in self._pending:  # else a newer desired state replaced it
+                self._pending[claim.uid] = want
 
     def _failed(self, claim: ClaimRef, why: str) -> None:
         self.failures += 1

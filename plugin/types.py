@@ -39,9 +39,14 @@ class NodeService(Protocol):
     """What the DRA gRPC servers call. Both methods answer exactly one entry per claim UID
     in the request and never raise for one bad claim."""
 
-    def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]: ...
+    def prepare_claims(self, claims: list[ClaimRef], *,
+                       deadline: float | None = None) -> dict[str, PrepareResult]:
+        """``deadline``: ``time.monotonic()`` seconds by which the answer must be ready
+        (the call's gRPC deadline minus a margin to send it; None: a default)."""
+        ...
 
-    def unprepare_claims(self, claims: list[ClaimRef]) -> dict[str, str]:
+    def unprepare_claims(self, claims: list[ClaimRef], *,
+                         deadline: float | None = None) -> dict[str, str]:
         """Map claim UID → error string ("" on success)."""
         ...
 

@@ -19,6 +19,7 @@ well below 4 MiB (tests/reliability/test_rel_limits.py computes it).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from types import ModuleType
@@ -27,6 +28,7 @@ from typing import Any
 import grpc
 from discovery.plugin import ClaimRef
 from plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from plugin.retry import call_deadline
 from plugin.types import NodeService, PrepareResult
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,77 @@ MAX_CLAIMS_PER_REQUEST = 64
 of one pod; pods reference a handful). Larger requests get a per-claim error."""
 MAX_ERROR_BYTES = 2048
 """Longest per-claim error string sent (UTF-8 bytes); longer ones are cut with ``…``."""
+MAX_CLAIM_LOG_LINES = 5
+"""Per-claim warning lines logged for one request; the rest are summed up in one line."""
+DECODE_LOG_INTERVAL = 60.0
+"""Seconds between two log lines about undecodable gRPC requests (the others are counted)."""
+
+
+class DecodeErrorLogFilter(logging.Filter):
+    """Rate-limits grpcio's ``Exception deserializing message!`` (logger ``grpc._common``,
+    one traceback per undecodable request): at most one line per ``interval`` seconds,
+    without the traceback, naming the exception and how many were suppressed since."""
+
+    MESSAGE = "Exception deserializing message!"
+
+    def __init__(self, interval: float = DECODE_LOG_INTERVAL) -> None:
+        super().__init__()
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._last = -float("inf")
+        self._suppressed = 0
+        self.total = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != self.MESSAGE:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        now = time.monotonic()
+        with self._lock:
+            self.total += 1
+            if now - self._last < self.interval:
+                self._suppressed += 1
+                return False
+            self._last, suppressed, self._suppressed = now, self._suppressed, 0
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = "undecodable gRPC request refused (%s)%s"
+        record.args = (f"{type(exc).__name__}: {exc}" if exc else "no detail",
+                       f"; {suppressed} more since the last such line" if suppressed else "")
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+_DECODE_FILTER = DecodeErrorLogFilter()
+_DECODE_FILTER_LOCK = threading.Lock()
+
+
+def install_decode_error_filter() -> DecodeErrorLogFilter:
+    """Attach :class:`DecodeErrorLogFilter` to grpcio's ``grpc._common`` logger (once)."""
+    with _DECODE_FILTER_LOCK:
+        logger = logging.getLogger("grpc._common")
+        if _DECODE_FILTER not in logger.filters:
+            logger.addFilter(_DECODE_FILTER)
+    return _DECODE_FILTER
+
+
+class _ClaimLog:
+    """Per-claim warning lines of one request: the first :data:`MAX_CLAIM_LOG_LINES`, then
+    one summary line (:meth:`close`)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+
+    def warn(self, msg: str, *args: Any) -> None:
+        self.count += 1
+        if self.count <= MAX_CLAIM_LOG_LINES:
+            log.warning(msg, *args)
+
+    def close(self) -> None:
+        if self.count > MAX_CLAIM_LOG_LINES:
+            log.warning("%s: %d more claim(s) of this request failed (not logged one by one)",
+                        self.what, self.count - MAX_CLAIM_LOG_LINES)
 
 
 def bounded_error(message: str, limit: int = MAX_ERROR_BYTES) -> str:
@@ -60,10 +133,11 @@ def claims_from_request(request_claims: Iterable[Any]) -> tuple[list[ClaimRef], 
     claims: list[ClaimRef] = []
     errors: dict[str, str] = {}
     seen: set[str] = set()
+    twice = _ClaimLog("claims listed twice")
     for c in request_claims:
         if c.uid in seen:
-            log.warning("claim %s/%s (uid %s) listed twice in one request", _short(c.namespace),
-                        _short(c.name), _short(c.uid))
+            twice.warn("claim %s/%s (uid %s) listed twice in one request", _short(c.namespace),
+                       _short(c.name), _short(c.uid))
             continue
         seen.add(c.uid)
         missing = [f for f in ("namespace", "name", "uid") if not getattr(c, f)]
@@ -74,6 +148,7 @@ def claims_from_request(request_claims: Iterable[Any]) -> tuple[list[ClaimRef], 
             )
             continue
         claims.append(ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid))
+    twice.close()
     return claims, errors
 
 
@@ -95,6 +170,7 @@ class DraNodeServicer:
         self._node = node_service
         self._pb2: ModuleType = DRA_MODULES[version][0]
         self._with_share_id = version == DRA_V1
+        install_decode_error_filter()
 
     def add_to_server(self, server: grpc.Server) -> None:
         """Register this servicer on ``server`` (before it starts)."""
@@ -104,6 +180,7 @@ class DraNodeServicer:
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         started = time.monotonic()
+        deadline = call_deadline(_time_remaining(context))
         claims, errors = claims_from_request(request.claims)
         results: dict[str, PrepareResult] = {}
         if len(claims) + len(errors) > MAX_CLAIMS_PER_REQUEST:
@@ -118,7 +195,7 @@ class DraNodeServicer:
             claims_to_prepare = claims
         if claims_to_prepare:
             try:
-                results = dict(self._node.prepare_claims(claims_to_prepare))
+                results = dict(self._node.prepare_claims(claims_to_prepare, deadline=deadline))
             except Exception as exc:  # one failure must not fail the RPC
                 log.exception("%s NodePrepareResources: node service raised", self.version)
                 results = {c.uid: PrepareResult(error=_internal_error("prepare", exc))
@@ -130,6 +207,7 @@ class DraNodeServicer:
         for uid in set(results) - wanted:
             log.warning("%s NodePrepareResources: node service answered for unrequested claim"
                         " uid %s; dropped", self.version, uid)
+        failed = _ClaimLog(f"{self.version} NodePrepareResources")
         for claim in claims:
             entry = response.claims[claim.uid]
             result = results.get(claim.uid)
@@ -142,9 +220,10 @@ class DraNodeServicer:
                 entry.error = _internal_error("prepare (converting the result)", exc)
             if entry.error:
                 entry.error = bounded_error(entry.error)
-                log.warning("NodePrepareResources: claim %s/%s (uid %s) failed: %s",
+                failed.warn("NodePrepareResources: claim %s/%s (uid %s) failed: %s",
                             _short(claim.namespace), _short(claim.name), _short(claim.uid),
                             entry.error)
+        failed.close()
         log.info("%s NodePrepareResources: %d claim(s) in %.3fs", self.version,
                  len(response.claims), time.monotonic() - started)
         return response
@@ -172,17 +251,19 @@ class DraNodeServicer:
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         started = time.monotonic()
+        deadline = call_deadline(_time_remaining(context))
         claims, errors = claims_from_request(request.claims)
         results: dict[str, str] = {}
         if claims:
             try:
-                results = dict(self._node.unprepare_claims(claims))
+                results = dict(self._node.unprepare_claims(claims, deadline=deadline))
             except Exception as exc:
                 log.exception("%s NodeUnprepareResources: node service raised", self.version)
                 results = {c.uid: _internal_error("unprepare", exc) for c in claims}
         response = self._pb2.NodeUnprepareResourcesResponse()
         for uid, message in errors.items():
             response.claims[uid].error = bounded_error(message)
+        failed = _ClaimLog(f"{self.version} NodeUnprepareResources")
         for claim in claims:
             entry = response.claims[claim.uid]  # an empty entry means success
             if claim.uid not in results:
@@ -190,9 +271,16 @@ class DraNodeServicer:
             elif results[claim.uid]:
                 entry.error = bounded_error(str(results[claim.uid]))
             if entry.error:
-                log.warning("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
+                failed.warn("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
                             _short(claim.namespace), _short(claim.name), _short(claim.uid),
                             entry.error)
+        failed.close()
         log.info("%s NodeUnprepareResources: %d claim(s) in %.3fs", self.version,
                  len(response.claims), time.monotonic() - started)
         return response
+
+
+def _time_remaining(context: Any) -> float | None:
+    """Seconds left of the call's gRPC deadline (None: the caller set none)."""
+    remaining = getattr(context, "time_remaining", None)
+    return remaining() if callable(remaining) else None

@@ -84,7 +84,13 @@ DEVICE_CLASSES = ResourceInfo(
     returns_deleted_object=True,
 )
 
-CORE_RESOURCES = {NODES.plural: NODES}
+def _core_resources() -> dict[str, ResourceInfo]:
+    from .apiserver_pods import PODS  # minimal pods: see apiserver_pods
+
+    return {NODES.plural: NODES, PODS.plural: PODS}
+
+
+CORE_RESOURCES = _core_resources()
 DRA_RESOURCES = {
     r.plural: r for r in (RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES)
 }

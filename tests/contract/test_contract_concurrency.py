@@ -80,7 +80,8 @@ def test_one_claim_from_10_callers_single_flight(
         t.start()
     try:
         # One caller runs the plugin; the nine others wait for its answer.
-        h.wait_for(lambda: h.app.node.single_flight_waiters == 9, 20, "9 waiting callers")
+        h.wait_for(lambda: h.app.node.single_flight_waiters == 9 and plugin.prepared, 20,
+                   "9 waiting callers and the first one inside the plugin")
         assert len(plugin.prepared) == 1
     finally:
         release.set()

@@ -19,7 +19,7 @@ from cdi.store import SpecStore
 from discovery.plugin import DeviceRequest
 from plugin.app import ClaimReader
 from plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDeviceRecord
-from plugin.orphans import OrphanSweeper
+from plugin.orphans import NodePods, OrphanSweeper
 from plugin.testing.apiserver import AllocatedDevice
 from plugin.testing.fake_kubelet import KubeletCallError
 from plugin.testing.harness import DriverHarness
@@ -173,7 +173,14 @@ def test_legitimate_reprepare_after_unprepare(
 ) -> None:
     h = harness_factory()
     claim = h.allocate("reused", [("node-1", "gpu-0")])
-    for _ in range(3):  # pod after pod using one claim: reservedFor names the new pod
+    for i in range(3):  # pod after pod using one claim: reservedFor names the new pod
+        if i:
+            assert h.app.status.flush(10)  # our status withdrawal is in: no write races
+            cur = h.claim(claim)
+            assert cur is not None
+            cur["status"]["reservedFor"] = [{"resource": "pods", "name": f"pod-{i}",
+                                             "uid": f"00000000-0000-4000-8000-00000000000{i}"}]
+            h.apiserver.update_object("resourceclaims", cur, subresource="status")
         assert h.prepare(claim)[uid_of(claim)].error == ""
         assert len(h.cdi_files()) == 1
         assert h.unprepare(claim) == {uid_of(claim): ""}
@@ -197,8 +204,9 @@ def test_orphan_sweep_direct(harness_factory: Callable[..., DriverHarness]) -> N
     new = h.allocate("replaced", [(POOL, "d1")])  # same name, new UID
     assert uid_of(new) != uid_of(replaced)
 
+    pods = NodePods(h.app.resource_api, h.node_name)  # no pod on the node uses them
     sweeper = OrphanSweeper(h.app.node, h.app.checkpoint, ClaimReader(h.app.resource_api),
-                            grace=100.0)
+                            grace=100.0, pods=pods)
     assert sweeper.sweep(now=1000.0) == []  # first seen missing: grace starts
     assert sweeper.sweep(now=1099.0) == []
     assert sorted(sweeper.sweep(now=1101.0)) == sorted([uid_of(gone), uid_of(replaced)])
@@ -212,7 +220,7 @@ def test_orphan_sweep_direct(harness_factory: Callable[..., DriverHarness]) -> N
     stray_spec(h, "0badc0de-0000-4000-8000-000000000001")
     h.apiserver.delete_object("resourceclaims", "alive", "default")
     assert OrphanSweeper(h.app.node, h.app.checkpoint, ClaimReader(h.app.resource_api),
-                         grace=0.0).sweep() == [uid_of(alive)]
+                         grace=0.0, pods=pods).sweep() == [uid_of(alive)]
     assert {p.name for p in h.cdi_files()} == {f"{DRIVER}-device_{uid_of(new)}.json"}
 
 

@@ -34,6 +34,8 @@ LEFT_TO_DEFAULT = {
     "CDI_VERSION_MAX": "no cap: the minimum cdiVersion a spec needs is written",
     "CDI_CLASS": "the default class `device` (CDI kind <driver>/device)",
     "RESYNC_SECONDS": "the default ResourceSlice resync period",
+    "ORPHAN_GRACE_SECONDS": "the default grace (300 s) before an orphan claim is unprepared",
+    "ORPHAN_CHECK_SECONDS": "the default orphan sweep period (60 s)",
 }
 
 NODE = "node-a"

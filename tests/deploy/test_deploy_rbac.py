@@ -30,6 +30,7 @@ EXPECTED = {
     ("resource.k8s.io", "resourceclaims/status", "patch"),
     ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),
     ("", "nodes", "get"),
+    ("", "pods", "list"),
 }
 
 

@@ -40,6 +40,7 @@ def agent_run() -> list[RequestRecord]:
     return [
         rec("get", "", group=""),  # discovery
         rec("get", "nodes", name="node-a", group=""),
+        rec("list", "pods", group=""),  # the orphan sweep
         rec("list", "resourceslices"),
         rec("watch", "resourceslices"),
         rec("create", "resourceslices"),

@@ -29,7 +29,8 @@ class StubNodeService:
         self.raise_exc: Exception | None = None
         self.answer_override: dict[str, PrepareResult] | None = None
 
-    def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+    def prepare_claims(self, claims: list[ClaimRef],
+                       deadline: float | None = None) -> dict[str, PrepareResult]:
         with self.lock:
             self.prepare_calls.append(list(claims))
         if self.raise_exc is not None:
@@ -54,7 +55,8 @@ class StubNodeService:
             )
         return out
 
-    def unprepare_claims(self, claims: list[ClaimRef]) -> dict[str, str]:
+    def unprepare_claims(self, claims: list[ClaimRef],
+                         deadline: float | None = None) -> dict[str, str]:
         with self.lock:
             self.unprepare_calls.append(list(claims))
         if self.raise_exc is not None:

@@ -175,9 +175,10 @@ def test_kubelet_calls_are_counted_for_the_status_writer(
     source = harness.app.node.claim_source
     real_get = source.get_claim
 
-    def get_claim(namespace: str, name: str) -> dict[str, Any] | None:
+    def get_claim(namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
         seen.append(calls.in_flight)
-        return real_get(namespace, name)
+        return real_get(namespace, name, deadline)
 
     monkeypatch.setattr(source, "get_claim", get_claim)
     claim = harness.allocate("c1", [("node-1", "gpu-0")])

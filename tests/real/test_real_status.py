@@ -66,11 +66,6 @@ def test_network_data_applied_and_withdrawn(
     assert h.app.status.failures == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #15: the real server answers a stale metadata.uid in an apply with 422 "
-           "'field is immutable' (not 409); the status writer's fix is helper hostile's "
-           "(branch wt/hostile); remove this marker when it is merged")
 def test_claim_recreated_under_the_same_name_is_left_alone(
     real: RealAPIServer, node_name: str, real_harness_factory: Callable[..., DriverHarness],
     caplog: pytest.LogCaptureFixture,

@@ -172,3 +172,32 @@ def names_with_marker(*roots: Path | str, marker: str = MARKER, max_depth: int =
                 dirnames[:] = []
             found += [os.path.join(dirpath, n) for n in dirnames + filenames if marker in n]
     return found
+
+
+# -- a new consumer for a claim ------------------------------------------------------------
+
+def reserve_anew(h: Any, claims: list[tuple[str, str, str]]) -> None:
+    """Reserve each of ``claims`` (namespace, name, uid) for a new pod, as the scheduler does
+    for the next pod using a claim: after an unprepare, a prepare of an unchanged claim is
+    a stale retry and refused (issue 16); a fuzz case that prepares the same claim again
+    plays the next pod. Retries the read-modify-write while the agent's own status write
+    conflicts (409)."""
+    import uuid
+
+    from plugin.testing.apiserver_errors import ApiError
+
+    assert h.app.status.flush(10)
+    for ns, name, _uid in {c[2]: c for c in claims}.values():
+        for _ in range(20):
+            cur = h.apiserver.get_object("resourceclaims", name, ns)
+            if cur is None:
+                break
+            pod = uuid.uuid4()
+            cur["status"]["reservedFor"] = [{"resource": "pods", "name": f"pod-{pod.hex[:8]}",
+                                             "uid": str(pod)}]
+            try:
+                h.apiserver.update_object("resourceclaims", cur, subresource="status")
+                break
+            except ApiError as e:
+                if e.code != 409:
+                    raise

@@ -241,8 +241,10 @@ def test_no_files_left_by_fault_tests(h: DriverHarness) -> None:
 
 
 def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
-    """Every status write fails: the writer gives up after its attempts and counts it; the
-    claim stays prepared (status is best effort) and the metric counts it too."""
+    """Every status write fails: after its attempts the writer reports it once (counted)
+    and keeps the claim behind, retrying (issue 16: status is reconciled, never given up
+    while the claim is prepared); the claim stays prepared (status is best effort) and the
+    metric counts it too. Once the server answers again the status is applied."""
     from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
     from plugin.status import StatusWriter
 
@@ -263,13 +265,19 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
 
         writer.write(ClaimRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
                      rec)
-        assert writer.flush(timeout=60)
+        h.wait_for(lambda: writer.failures == 1, 60, "the writer to report the failing claim")
+        assert not writer.flush(timeout=2)  # still behind: retried, not given up
+        assert writer.behind == 1
         assert writer.failures == 1 and len(errors) == 1
-        assert "gave up after 3 attempts" in errors[0]
+        assert "after 3 attempts" in errors[0]
         attempts = [r for r in h.apiserver.requests(resource="resourceclaims/status")
                     if r.name == meta["name"]]
         assert len(attempts) >= 3  # urllib3 does not retry PATCH; drops may add none
         assert not _status_entries(h, claim)
+        h.apiserver.set_faults(None)
+        assert writer.flush(timeout=60)
+        assert _status_entries(h, claim)
+        assert writer.failures == 1  # reported once
     finally:
         writer.stop()
         h.apiserver.set_faults(None)

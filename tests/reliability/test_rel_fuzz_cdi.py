@@ -106,7 +106,8 @@ class Claims:
     def __init__(self) -> None:
         self.claim: dict[str, Any] = {}
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
         return self.claim
 
 

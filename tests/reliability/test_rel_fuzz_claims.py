@@ -43,7 +43,8 @@ class StubClaims:
     def __init__(self) -> None:
         self.claim: Any = None
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
         if isinstance(self.claim, BaseException):
             raise self.claim
         return self.claim

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reliability_helpers import CASES, RawDRA, fuzz_settings, hostile_strings
+from reliability_helpers import CASES, RawDRA, fuzz_settings, hostile_strings, reserve_anew
 
 from plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
 from plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
@@ -113,30 +113,39 @@ def test_fuzz_grpc_requests(agent: DriverHarness, raw: RawDRA, real_claims: list
                     assert not undo.claims[uid].error, undo.claims[uid].error
                 else:
                     assert "claim" in undo.claims[uid].error
+            # unprepare is by UID (a mangled entry too): the next pod reserves those claims
+            reserve_anew(agent, [c for c in real_claims if c[2] in {t[2] for t in sent}])
 
     run()
     # still serving, nothing left prepared, no temp files
     ok = agent.prepare(real_claims[0])
     assert not ok[real_claims[0][2]].error
     assert agent.unprepare(real_claims[0]) == {real_claims[0][2]: ""}
+    reserve_anew(agent, [real_claims[0]])  # the next DRA version's cases play the next pod
     assert agent.app.checkpoint.claims() == {}
     assert [p.name for p in agent.cdi_dir.iterdir()] == []
 
 
-def test_huge_fields_are_answered(raw: RawDRA, real_claims: list[Triple]) -> None:
+def test_huge_fields_are_answered(agent: DriverHarness, raw: RawDRA,
+                                  real_claims: list[Triple]) -> None:
     """Fields of a megabyte each: answered with a bounded error, the RPC does not fail."""
+    reserve_anew(agent, [real_claims[1]])  # earlier cases prepared and unprepared it
     big = "x" * (1024 * 1024)
     sent = [(big, "n", "u1"), ("default", big, "u2"), ("default", "n", big), real_claims[1]]
     response = raw.prepare(sent)
     check_prepare_answer(sent, response, real_claims)
     assert response.ByteSize() < 1024 * 1024 + 64 * 1024  # the echoed UID key, not more
     raw.unprepare([real_claims[1]])
+    reserve_anew(agent, [real_claims[1]])  # later cases play the next pod
 
 
-def test_empty_and_all_duplicates(raw: RawDRA, real_claims: list[Triple]) -> None:
+def test_empty_and_all_duplicates(agent: DriverHarness, raw: RawDRA,
+                                  real_claims: list[Triple]) -> None:
     assert dict(raw.prepare([]).claims) == {}
     assert dict(raw.unprepare([]).claims) == {}
     c = real_claims[2]
+    reserve_anew(agent, [c])  # earlier cases prepared and unprepared it
     response = raw.prepare([c] * (MAX_CLAIMS_PER_REQUEST * 3))  # one distinct claim
     assert list(response.claims) == [c[2]] and not response.claims[c[2]].error
     assert not raw.unprepare([c] * 5).claims[c[2]].error
+    reserve_anew(agent, [c])  # later cases play the next pod

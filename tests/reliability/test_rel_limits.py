@@ -34,7 +34,8 @@ class WorstCaseNode:
     """Answers every claim with 32 devices carrying the longest legal names, or (for claims
     named ``err-*``) a megabyte-long error."""
 
-    def prepare_claims(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+    def prepare_claims(self, claims: list[ClaimRef],
+                       deadline: float | None = None) -> dict[str, PrepareResult]:
         out = {}
         for c in claims:
             if c.name.startswith("err"):
@@ -55,7 +56,8 @@ class WorstCaseNode:
             out[c.uid] = PrepareResult(devices=devices)
         return out
 
-    def unprepare_claims(self, claims: list[ClaimRef]) -> dict[str, str]:
+    def unprepare_claims(self, claims: list[ClaimRef],
+                         deadline: float | None = None) -> dict[str, str]:
         return {c.uid: "" for c in claims}
 
 

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability_helpers import HOSTILE_NAMES, MARKER, RawDRA, names_with_marker, tree
+from reliability_helpers import (
+    HOSTILE_NAMES,
+    MARKER,
+    RawDRA,
+    names_with_marker,
+    reserve_anew,
+    tree,
+)
 
 from cdi.errors import CDIError
 from cdi.names import validate_claim_uid
@@ -97,7 +104,8 @@ class OneClaim:
     def __init__(self) -> None:
         self.claim: dict[str, Any] = {}
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
         return self.claim
 
 
@@ -171,6 +179,7 @@ def test_hostile_names_through_the_real_agent(agent: DriverHarness) -> None:
                     assert response.claims[uid].error, (ns, name, uid)
                 assert not response.claims[g[2]].error, response.claims[g[2]].error
                 raw.unprepare(batch)
+                reserve_anew(h, [g])  # the next batch plays the next pod using the claim
         finally:
             raw.close()
     after = tree(h.real_root)
