@@ -114,12 +114,6 @@ def test_network_data_of_a_real_interface(
         assert f"{iface.ip}/{iface.network.prefixlen}" == ip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #15: the embedded server now answers a stale metadata.uid in an apply with "
-           "422 'field is immutable', as kube-apiserver does (not 409); the status writer's fix "
-           "is helper hostile's (branch wt/hostile, passes with it merged); remove this marker "
-           "when it is merged")
 def test_unprepare_never_clears_a_recreated_claims_status(harness: DriverHarness) -> None:
     claim = harness.allocate("same", [("node-1", "gpu-0")])
     uid = claim["metadata"]["uid"]
