@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test test-fast lint proto proto-check bench clean
+.PHONY: install run test test-fast lint proto proto-check bench clean k8s-bin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,18 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/drakit demo
 
-## test: the whole suite (root-only and podman tests skip with a reason where unavailable)
-test: install
+## test: the whole suite (root-only and podman tests skip with a reason where unavailable).
+## With Go installed, the real Kubernetes binaries of the real-server tier (tests/real) are
+## built once by scripts/build-k8s.sh (~15-20 min cold, progress on stderr; cached under
+## ~/.cache/drakit); without Go that tier skips and says why.
+K8S_COMPONENTS ?= kube-apiserver etcd kubectl kube-scheduler kube-controller-manager
+test: install k8s-bin
 	$(PY) -m pytest -q -ra
+
+k8s-bin:
+	@if [ -n "$$DRAKIT_K8S_BIN" ]; then :; \
+	elif command -v go >/dev/null 2>&1; then scripts/build-k8s.sh $(K8S_COMPONENTS) >/dev/null; \
+	else echo "make test: go not found; the real-server tier (tests/real) will skip"; fi
 
 lint: install
 	$(VENV)/bin/ruff check plugin discovery cdi tests scripts bench examples

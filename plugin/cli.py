@@ -109,9 +109,16 @@ def _cleanup(argv: Sequence[str]) -> int:
         check_driver_name(ns.driver_name, "--driver-name")
     except InvalidNameError as e:
         parser.error(str(e))
-    deleted = cleanup_slices(
-        ResourceAPI(kube_api_client(ns.kubeconfig)), ns.driver_name, ns.node_name
-    )
+    try:
+        deleted = cleanup_slices(
+            ResourceAPI(kube_api_client(ns.kubeconfig)), ns.driver_name, ns.node_name
+        )
+    except Exception as e:  # one line, no traceback: the server's answer names slice and why
+        from plugin.resourceapi import describe
+
+        print(f"drakit cleanup: deleting ResourceSlices of driver {ns.driver_name} on node "
+              f"{ns.node_name} failed: {' '.join(describe(e).split())}", file=sys.stderr)
+        return 1
     print(f"deleted {deleted} ResourceSlice(s) of driver {ns.driver_name} on node {ns.node_name}")
     return 0
 

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from plugin.testing.pytest_plugin import (  # noqa: F401 - session fixtures, one per run
+    real_apiserver,
+    real_apiserver_factory,
+)
+
 EXAMPLE_VENDOR = Path(__file__).resolve().parents[1] / "examples" / "drakit-example-vendor"
 
 

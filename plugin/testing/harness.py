@@ -27,11 +27,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from subprocess import Popen
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from discovery.plugin import DiscoveryPlugin
 from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
 from plugin.testing.fake_kubelet import ClaimPrepareResult, FakeKubelet
+
+if TYPE_CHECKING:
+    from plugin.testing.realcluster import RealAPIServer
 
 ClaimArg = dict[str, Any] | tuple[str, str, str]
 
@@ -51,6 +54,9 @@ class DriverHarness:
     plugins must be given by name. ``extra_args`` are appended to its command line;
     ``settings`` overrides Settings fields in-process; ``env`` (also settable later as
     ``self.env``, read at each subprocess start) adds environment variables for the child.
+    ``apiserver`` may also be a :class:`~plugin.testing.realcluster.RealAPIServer` (a real
+    kube-apiserver); then ``api_token`` is the identity the agent uses (e.g. its
+    ``node_agent_token(node_name)``; default: the admin token).
     """
 
     def __init__(
@@ -66,8 +72,9 @@ class DriverHarness:
         subprocess: bool = False,
         extra_args: Sequence[str] = (),
         settings: dict[str, Any] | None = None,
-        apiserver: EmbeddedAPIServer | None = None,
+        apiserver: EmbeddedAPIServer | RealAPIServer | None = None,
         env: dict[str, str] | None = None,
+        api_token: str | None = None,
     ) -> None:
         self.real_root = Path(root)
         self.real_root.mkdir(parents=True, exist_ok=True)
@@ -93,7 +100,8 @@ class DriverHarness:
         self.env = dict(env or {})
         self.settings_overrides = settings or {}
         self._own_apiserver = apiserver is None
-        self.apiserver = apiserver or EmbeddedAPIServer(served_versions=served_versions)
+        self.apiserver: Any = apiserver or EmbeddedAPIServer(served_versions=served_versions)
+        self.api_token = api_token
         self.kubelet = FakeKubelet(self.registrar_dir, kubelet_version)
         self.app: Any = None
         self.process: Popen[bytes] | None = None
@@ -113,7 +121,10 @@ class DriverHarness:
         for d in (self.registrar_dir, self.plugins_dir, self.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.apiserver.start()
-        self.apiserver.write_kubeconfig(self.kubeconfig)
+        if self.api_token is not None:
+            self.apiserver.write_kubeconfig(self.kubeconfig, token=self.api_token)
+        else:
+            self.apiserver.write_kubeconfig(self.kubeconfig)
         if self.apiserver.get_object("nodes", self.node_name) is None:
             self.apiserver.create_node(self.node_name)
         self.kubelet.start()
@@ -171,7 +182,9 @@ class DriverHarness:
         )
         fields.update(self.settings_overrides)
         self.app = App(
-            Settings(**fields), api_client=self.apiserver.api_client(), plugins=self.plugins
+            Settings(**fields), plugins=self.plugins,
+            api_client=(self.apiserver.api_client() if self.api_token is None
+                        else self.apiserver.api_client(self.api_token)),
         )
         self.app.start()
 

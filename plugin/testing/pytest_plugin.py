@@ -14,6 +14,13 @@ or, in the root conftest, ``pytest_plugins = ["plugin.testing.pytest_plugin"]``.
 - ``fake_kubelet_factory(registrar_dir=None, kubelet_version="1.34", **kwargs)`` starts a
   :class:`~plugin.testing.fake_kubelet.FakeKubelet`; every one it made is stopped at teardown.
 - ``fake_kubelet``: one started 1.34 fake kubelet on ``fake_kubelet_registrar_dir``.
+- ``real_apiserver`` (session): a real etcd + kube-apiserver 1.37
+  (:class:`~plugin.testing.realcluster.RealAPIServer`, every resource.k8s.io version, the DRA
+  gates). ``real_apiserver_factory(runtime_config=None, feature_gates=None)`` (session) starts
+  one per distinct configuration (kept for the session, e.g. a v1beta1-only server). Both skip
+  with the reason when the binaries are not found (``$DRAKIT_K8S_BIN`` or
+  ``~/.cache/drakit/k8s-v1.37.2/bin``; ``DRAKIT_K8S_BUILD=1`` builds them first with
+  scripts/build-k8s.sh) and fail instead under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -28,8 +35,15 @@ from typing import Any
 import pytest
 
 from plugin.testing.fake_kubelet import FakeKubelet
+from plugin.testing.realcluster import (
+    RealAPIServer,
+    RealClusterError,
+    build_k8s_binaries,
+    find_k8s_bin_dir,
+)
 
 FakeKubeletFactory = Callable[..., FakeKubelet]
+RealAPIServerFactory = Callable[..., RealAPIServer]
 
 
 @pytest.fixture
@@ -68,3 +82,51 @@ def fake_kubelet_factory(fake_kubelet_registrar_dir: Path) -> Iterator[FakeKubel
 @pytest.fixture
 def fake_kubelet(fake_kubelet_factory: FakeKubeletFactory) -> FakeKubelet:
     return fake_kubelet_factory()
+
+
+def _real_bin_dir() -> Path:
+    """The binaries' directory, or skip (fail under CI=true) with the reason."""
+    found = find_k8s_bin_dir()
+    reason = ""
+    if found is None and os.environ.get("DRAKIT_K8S_BUILD") == "1":
+        try:
+            build_k8s_binaries()
+        except (RealClusterError, OSError) as e:
+            reason = f": building them failed: {e}"
+        found = find_k8s_bin_dir()
+    if found is None:
+        message = ("real kube-apiserver/etcd 1.37 not found ($DRAKIT_K8S_BIN or "
+                   "~/.cache/drakit/k8s-v1.37.2/bin; build with scripts/build-k8s.sh)" + reason)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and the real-server tier cannot run: {message}")
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="session")
+def real_apiserver_factory() -> Iterator[RealAPIServerFactory]:
+    servers: dict[str, RealAPIServer] = {}
+
+    def make(runtime_config: dict[str, bool] | None = None,
+             feature_gates: dict[str, bool] | None = None) -> RealAPIServer:
+        key = repr((sorted((runtime_config or {}).items()),
+                    sorted((feature_gates or {}).items())))
+        if key not in servers:
+            bin_dir = _real_bin_dir()
+            workdir = Path(tempfile.mkdtemp(prefix="drk-k8s-"))
+            server = RealAPIServer(workdir, bin_dir, runtime_config=runtime_config,
+                                   feature_gates=feature_gates)
+            server.start()
+            servers[key] = server
+        return servers[key]
+
+    try:
+        yield make
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def real_apiserver(real_apiserver_factory: RealAPIServerFactory) -> RealAPIServer:
+    return real_apiserver_factory()
