@@ -62,7 +62,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -406,7 +405,7 @@ class RealNode:
     :attr:`plugins_dir` (``<root-dir>/plugins``), :attr:`cdi_dir` (containerd's
     ``cdi_spec_dirs``). ``kubelet_feature_gates`` are added to the control plane's gates and
     :data:`KUBELET_FEATURE_GATES`. :meth:`start` returns when the Node is Ready and
-    untainted (node Ready takes ~1.5–2 s after containerd starts); :meth:`stop` stops
+    untainted (node Ready takes ~1.5-2 s after containerd starts); :meth:`stop` stops
     everything and restores the host (:class:`HostState`).
     """
 
@@ -439,7 +438,6 @@ class RealNode:
         self.timings: dict[str, float] = {}
         """Seconds measured during start (``containerd``, ``images``, ``kubelet_ready``)."""
         self._containerd: _Proc | None = None
-        self._kcm: _Proc | None = None
         self._kubelet: _Proc | None = None
         self._started = False
         self._drakits: list[DrakitProcess] = []
@@ -471,7 +469,10 @@ class RealNode:
                                        f"(have {have})")
             self.timings["images"] = time.monotonic() - t1
             self.cp.start_scheduler()
-            self._start_controller_manager(deadline)
+            # every controller: the ResourceClaim controller (claims from templates), the
+            # garbage collector (slices of a gone Node), node lifecycle (the not-ready taint),
+            # service accounts (the pod admission needs "default")
+            self.cp.start_controller_manager(controllers=("*",))
             t2 = time.monotonic()
             self.start_kubelet()
             self.wait_node_ready(max(5.0, deadline - time.monotonic()))
@@ -505,9 +506,7 @@ class RealNode:
             self._containerd.stop()
             self._containerd = None
         self._kill_shims()
-        if self._kcm is not None:
-            self._kcm.stop()
-            self._kcm = None
+        self.cp.stop_controller_manager()
         self.cp.stop_scheduler()
         if self._started:
             problems = self.host.restore()
@@ -623,28 +622,6 @@ state = "{d / 'state'}"
                     and address.encode() in argv):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(proc.name), signal.SIGKILL)
-
-    # ------------------------------------------------------------------ controller manager
-
-    def _start_controller_manager(self, deadline: float) -> None:
-        pki = Path(self.cp.ca_file).parent
-        kubeconfig = str(self.cp.kubeconfig())
-        port = _free_port()
-        gates = ",".join(f"{k}={str(v).lower()}" for k, v in self.cp.feature_gates.items())
-        cmd = [str(self.bin_dir / "kube-controller-manager"), "--kubeconfig", kubeconfig,
-               "--authentication-kubeconfig", kubeconfig,
-               "--authorization-kubeconfig", kubeconfig,
-               "--bind-address", "127.0.0.1", "--secure-port", str(port),
-               "--cert-dir", str(self.workdir / "kcm-certs"), "--leader-elect=false",
-               "--feature-gates", gates,
-               "--service-account-private-key-file", str(pki / "sa.key"),
-               "--root-ca-file", str(self.cp.ca_file),
-               "--cluster-signing-cert-file", str(self.cp.ca_file),
-               "--cluster-signing-key-file", str(pki / "ca.key"),
-               "--use-service-account-credentials=false"]
-        self._kcm = _Proc("kube-controller-manager", cmd,
-                          self.workdir / "kube-controller-manager.log")
-        _wait_healthz(port, self._kcm, deadline)
 
     # ------------------------------------------------------------------ kubelet
 
@@ -875,24 +852,6 @@ state = "{d / 'state'}"
             self._drakits.remove(proc)
 
 
-def _wait_healthz(port: int, proc: _Proc, deadline: float) -> None:
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            break
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2,
-                                        context=insecure) as r:
-                if r.status == 200:
-                    return
-        except (OSError, urllib.error.URLError):
-            pass
-        time.sleep(0.2)
-    raise RealClusterError(f"{proc.name} did not become healthy:\n{proc.tail()}")
-
-
 class DrakitProcess:
     """``drakit run`` as a real process, driving a :class:`RealNode`'s kubelet."""
 
@@ -964,6 +923,14 @@ class DrakitProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def log_count(self, text: str) -> int:
+        """How many lines of this process's log (every run of it) contain ``text``."""
+        try:
+            return sum(text in line for line in
+                       self.log_path.read_text(errors="replace").splitlines())
+        except OSError:
+            return 0
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
