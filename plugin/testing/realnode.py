@@ -17,7 +17,7 @@ Binaries: kubelet, kube-controller-manager, kube-scheduler, containerd, ctr and
 containerd-shim-runc-v2 from ``scripts/build-k8s.sh`` (bin directory of
 :func:`~plugin.testing.realcluster.find_k8s_bin_dir`), the CNI plugins loopback, bridge and
 host-local from ``../cni`` next to it, ``runc`` from the system (Debian's package). Images
-are made without a registry: a static pause program (compiled with ``gcc -static``) and
+are made without a registry: a static pause program (``go build``, CGO off) and
 Debian's ``/bin/busybox`` (busybox-static), each ``FROM scratch`` with ``podman build`` in a
 throwaway podman store, saved with ``podman save --format oci-archive`` (cached by content
 under ``$DRAKIT_CACHE/images``) and imported with ``ctr images import``.
@@ -107,15 +107,34 @@ BUSYBOX_IMAGE = "localhost/drakit-busybox:1"
 #: the pod status).
 KUBELET_FEATURE_GATES = {"ResourceHealthStatus": True}
 
-_PAUSE_C = r"""
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-static void reap(int s) { (void)s; while (waitpid(-1, 0, WNOHANG) > 0) {} }
-static void quit(int s) { (void)s; _exit(0); }
-int main(void) {
-  signal(SIGINT, quit); signal(SIGTERM, quit); signal(SIGCHLD, reap);
-  for (;;) pause();
+_PAUSE_GO = """\
+// The sandbox's pause process: waits for SIGINT/SIGTERM, reaps children meanwhile.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	child := make(chan os.Signal, 8)
+	signal.Notify(child, syscall.SIGCHLD)
+	for {
+		select {
+		case <-stop:
+			os.Exit(0)
+		case <-child:
+			for {
+				pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+				if pid <= 0 || err != nil {
+					break
+				}
+			}
+		}
+	}
 }
 """
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -147,9 +166,9 @@ def node_unavailable_reason() -> str | None:
     missing = [p for p in CNI_PLUGINS if not os.access(cni_dir(bin_dir) / p, os.X_OK)]
     if missing:
         return f"CNI plugins missing in {cni_dir(bin_dir)}: {', '.join(missing)}"
-    for tool in ("runc", "podman", "gcc", "openssl", "mount", "umount"):
+    for tool in ("runc", "podman", "go", "openssl", "umount", "ip"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install podman runc busybox-static gcc)"
+            return f"{tool} is not installed (Debian: podman runc busybox-static iproute2)"
     if not os.access("/bin/busybox", os.X_OK):
         return "/bin/busybox is missing (Debian package busybox-static)"
     if not _CGROUP_ROOT.is_dir():
@@ -359,7 +378,7 @@ def build_image_archives(workdir: Path) -> dict[str, Path]:
     cache.mkdir(parents=True, exist_ok=True)
     busybox = Path("/bin/busybox").read_bytes()
     sources: dict[str, tuple[str, bytes, str]] = {
-        PAUSE_IMAGE: ("pause", _PAUSE_C.encode(), 'ENTRYPOINT ["/pause"]'),
+        PAUSE_IMAGE: ("pause", _PAUSE_GO.encode(), 'ENTRYPOINT ["/pause"]'),
         BUSYBOX_IMAGE: ("busybox", hashlib.sha256(busybox).hexdigest().encode(),
                         'ENTRYPOINT ["/bin/busybox"]'),
     }
@@ -374,9 +393,13 @@ def build_image_archives(workdir: Path) -> dict[str, Path]:
         ctx = workdir / "image-build" / name
         ctx.mkdir(parents=True, exist_ok=True)
         if name == "pause":
-            (ctx / "pause.c").write_text(_PAUSE_C)
-            _run(["gcc", "-static", "-O2", "-o", str(ctx / "pause"), str(ctx / "pause.c")],
-                 what="gcc -static pause.c")
+            (ctx / "pause.go").write_text(_PAUSE_GO)
+            env = {**os.environ, "CGO_ENABLED": "0", "GO111MODULE": "off"}
+            r = subprocess.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o",
+                                str(ctx / "pause"), str(ctx / "pause.go")], cwd=ctx, env=env,
+                               capture_output=True, text=True, timeout=300, check=False)
+            if r.returncode != 0:
+                raise RealClusterError(f"go build pause.go failed: {r.stderr.strip()[-800:]}")
             (ctx / "Containerfile").write_text(f"FROM scratch\nCOPY pause /pause\n{entry}\n")
         else:
             shutil.copy2("/bin/busybox", ctx / "busybox")
