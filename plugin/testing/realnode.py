@@ -53,6 +53,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -138,7 +139,9 @@ func main() {
 }
 """
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
-_CGROUP_NAMES = ("k8s.io", "kubepods", "kubepods.slice")
+_CGROUP_NAME = re.compile(r"k8s\.io|kubepods.*|[0-9a-f]{64}")
+"""New cgroups with these names are the node's: containerd's namespace, the kubelet's pod
+hierarchy, a container ID (runc's default path when the kubelet gives no parent)."""
 _SHIM_SOCKETS = Path("/run/containerd/s")
 _CONTAINER_LOG_LINKS = Path("/var/log/containers")
 
@@ -262,6 +265,7 @@ class HostState:
         self.workdir = workdir.resolve()
         self.tunables: dict[str, str] = {}
         self.cgroups_before: set[Path] = set()
+        self.foreign_cgroups: list[Path] = []
         self.shim_dir_existed = _SHIM_SOCKETS.exists()
         self.run_containerd_existed = _SHIM_SOCKETS.parent.exists()
         self.log_links_existed = _CONTAINER_LOG_LINKS.exists()
@@ -275,12 +279,19 @@ class HostState:
 
     @staticmethod
     def _our_cgroups() -> Iterator[Path]:
+        """Every cgroup directory down to depth 3 below each hierarchy."""
         with contextlib.suppress(OSError):
             for hierarchy in _CGROUP_ROOT.iterdir():
-                for name in _CGROUP_NAMES:
-                    path = hierarchy / name
-                    if path.is_dir():
-                        yield path
+                if not hierarchy.is_dir() or hierarchy.is_symlink():
+                    continue
+                level = [hierarchy]
+                for _depth in range(3):
+                    nxt = []
+                    for d in level:
+                        with contextlib.suppress(OSError):
+                            nxt += [c for c in d.iterdir() if c.is_dir()]
+                    yield from nxt
+                    level = nxt
 
     def changed_tunables(self) -> dict[str, tuple[str, str]]:
         """name → (saved, now) for every tunable that differs from what was saved."""
@@ -304,13 +315,18 @@ class HostState:
         return sorted(set(points), key=lambda p: (-p.count("/"), p))
 
     def new_cgroups(self) -> list[Path]:
-        return [p for p in self._our_cgroups() if p not in self.cgroups_before]
+        """Cgroups made since :meth:`save` (outermost first)."""
+        new = [p for p in self._our_cgroups() if p not in self.cgroups_before]
+        return [p for p in new if p.parent not in new]
 
     def restore(self) -> list[str]:
         """Undo everything; returns what could not be undone (empty when all is back)."""
         problems: list[str] = []
         for cg in self.new_cgroups():
-            problems += _remove_cgroup(cg)
+            if _CGROUP_NAME.fullmatch(cg.name):
+                problems += _remove_cgroup(cg)
+            else:
+                self.foreign_cgroups.append(cg)     # another process's (podman…): kept
         for point in self.mounts_below():
             r = subprocess.run(["umount", "-l", point], capture_output=True, text=True,
                                timeout=30, check=False)
@@ -484,7 +500,8 @@ class RealNode:
             self.timings["containerd"] = time.monotonic() - t0
             t1 = time.monotonic()
             for archive in archives.values():
-                self.ctr("images", "import", "--all-platforms", str(archive))
+                self.ctr("images", "import", "--all-platforms", "--snapshotter", "native",
+                         str(archive))
             have = self.ctr("images", "ls", "-q").split()
             missing = [i for i in archives if i not in have]
             if missing:
@@ -556,6 +573,12 @@ state = "{d / 'state'}"
 
 [debug]
   address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / 'opt'}"
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
 
 [plugins."io.containerd.cri.v1.runtime"]
   cdi_spec_dirs = ["{self.cdi_dir}"]
