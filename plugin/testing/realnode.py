@@ -57,6 +57,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -478,6 +479,7 @@ class RealNode:
         """Seconds measured during start (``containerd``, ``images``, ``kubelet_ready``)."""
         self._containerd: _Proc | None = None
         self._kubelet: _Proc | None = None
+        self._kcm: _Proc | None = None
         self._started = False
         self._drakits: list[DrakitProcess] = []
 
@@ -509,10 +511,7 @@ class RealNode:
                                        f"(have {have})")
             self.timings["images"] = time.monotonic() - t1
             self.cp.start_scheduler()
-            # every controller: the ResourceClaim controller (claims from templates), the
-            # garbage collector (slices of a gone Node), node lifecycle (the not-ready taint),
-            # service accounts (the pod admission needs "default")
-            self.cp.start_controller_manager(controllers=("*",))
+            self._start_controller_manager(deadline)
             t2 = time.monotonic()
             self.start_kubelet()
             self.wait_node_ready(max(5.0, deadline - time.monotonic()))
@@ -546,7 +545,9 @@ class RealNode:
             self._containerd.stop()
             self._containerd = None
         self._kill_shims()
-        self.cp.stop_controller_manager()
+        if self._kcm is not None:
+            self._kcm.stop()
+            self._kcm = None
         self.cp.stop_scheduler()
         if self._started:
             problems = self.host.restore()
@@ -668,6 +669,44 @@ state = "{d / 'state'}"
                     and address.encode() in argv):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(proc.name), signal.SIGKILL)
+
+    # ------------------------------------------------------------------ controller manager
+
+    def _start_controller_manager(self, deadline: float) -> None:
+        """kube-controller-manager with every controller: the ResourceClaim controller
+        (claims from templates), the garbage collector (slices of a gone Node), node
+        lifecycle (the not-ready taint), service accounts (pod admission needs
+        ``default``), the root CA publisher (``kube-root-ca.crt`` for in-pod clients, hence
+        ``--root-ca-file``; RealAPIServer.start_controller_manager takes no such flags)."""
+        pki = Path(self.cp.ca_file).parent
+        kubeconfig = str(self.cp.kubeconfig())
+        port = _free_port()
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in self.cp.feature_gates.items())
+        cmd = [str(self.bin_dir / "kube-controller-manager"), "--kubeconfig", kubeconfig,
+               "--authentication-kubeconfig", kubeconfig,
+               "--authorization-kubeconfig", kubeconfig,
+               "--bind-address", "127.0.0.1", "--secure-port", str(port),
+               "--cert-dir", str(self.workdir / "kcm-certs"), "--leader-elect=false",
+               "--feature-gates", gates, "--controllers", "*",
+               "--service-account-private-key-file", str(pki / "sa.key"),
+               "--root-ca-file", str(self.cp.ca_file),
+               "--use-service-account-credentials=false"]
+        self._kcm = _Proc("kube-controller-manager", cmd,
+                          self.workdir / "kube-controller-manager.log")
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        while time.monotonic() < deadline and self._kcm.alive():
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2,
+                                            context=insecure) as r:
+                    if r.status == 200:
+                        return
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.2)
+        raise RealClusterError(f"kube-controller-manager did not become healthy:\n"
+                               f"{self._kcm.tail()}")
 
     # ------------------------------------------------------------------ kubelet
 
