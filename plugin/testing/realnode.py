@@ -1055,8 +1055,15 @@ def _fixture() -> Any:
         base = Path(tempfile.mkdtemp(prefix="drk-node-", dir="/tmp"))
         cp = start_real_apiserver(base / "cp")
         try:
-            with RealNode(cp, base / "n") as node:
+            node = RealNode(cp, base / "n").start()
+            try:
                 yield node
+            finally:
+                problems = node.stop()
+                left = node.host.changed_tunables()
+                if problems or left:
+                    raise RealClusterError(f"the real node did not restore the host: "
+                                           f"{problems} {left}")
         finally:
             cp.stop()
             shutil.rmtree(base, ignore_errors=True)

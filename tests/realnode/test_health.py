@@ -11,11 +11,13 @@ from conftest import Drivers, record
 from healthplugin import DEVICE, POOL
 from node_helpers import (
     DRIVER,
+    allocated,
     apply_and_wait_ready,
     attr,
     claim_template,
     new_namespace,
     pod,
+    pod_claim,
     request,
     wait_no_specs,
 )
@@ -25,7 +27,9 @@ from plugin.testing.realnode import DrakitProcess, RealNode
 
 
 def health_of(node: RealNode, ns: str, name: str) -> dict[str, str]:
-    """resourceID → health from the pod's allocatedResourcesStatus."""
+    """resourceID → health from the pod's allocatedResourcesStatus (the resourceID is the
+    device's first CDI device ID, else ``<driver>/<pool>/<device>``: kubelet manager.go
+    buildResourceHealth)."""
     p: dict[str, Any] = node.pod(ns, name) or {}
     out = {}
     for status in (p.get("status") or {}).get("containerStatuses") or []:
@@ -41,20 +45,23 @@ def test_unhealthy_device_in_pod_status(node: RealNode, drivers: Drivers,
     docs = [claim_template(ns, "flaky", request("dev", f"{attr('flaky')} == true")),
             pod(node, ns, "p", template="flaky")]
     apply_and_wait_ready(node, docs, [(ns, "p")])
-    resource = f"{DRIVER}/{POOL}/{DEVICE}"
+    [result] = allocated(pod_claim(node, ns, "p"))
+    assert (result["driver"], result["pool"], result["device"]) == (DRIVER, POOL, DEVICE)
+
+    def health() -> set[str]:
+        return set(health_of(node, ns, "p").values())
     try:
-        wait_until(lambda: health_of(node, ns, "p").get(resource) == "Healthy", 60,
-                   f"{resource} Healthy in the pod status")
+        wait_until(lambda: health() == {"Healthy"}, 60, f"{DEVICE} Healthy in the pod status")
         t0 = time.monotonic()
         drivers.state_file.write_text("Unhealthy")
-        wait_until(lambda: health_of(node, ns, "p").get(resource) == "Unhealthy", 60,
-                   f"{resource} Unhealthy in the pod status")
+        wait_until(lambda: health() == {"Unhealthy"}, 60,
+                   f"{DEVICE} Unhealthy in the pod status")
         record("health: Unhealthy in pod status after the device turned unhealthy",
                time.monotonic() - t0)
         t0 = time.monotonic()
         drivers.state_file.write_text("Healthy")
-        wait_until(lambda: health_of(node, ns, "p").get(resource) == "Healthy", 60,
-                   f"{resource} Healthy again in the pod status")
+        wait_until(lambda: health() == {"Healthy"}, 60,
+                   f"{DEVICE} Healthy again in the pod status")
         record("health: Healthy again in pod status", time.monotonic() - t0)
     finally:
         drivers.state_file.write_text("Healthy")
