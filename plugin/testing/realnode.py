@@ -38,7 +38,8 @@ What is changed on the host, and restored by :meth:`RealNode.stop`
     under each v1 hierarchy, removed when they did not exist before; the processes in them
     are the node's containers, killed first); containerd's shim socket directory
     ``/run/containerd/s`` (removed when it did not exist) and the kubelet's container-log
-    links in ``/var/log/containers`` that point into this node. ``kubectl logs/exec`` do not
+    links in ``/var/log/containers`` that point into this node (no iptables chains: the
+    kubelet runs with ``makeIPTablesUtilChains: false``). ``kubectl logs/exec`` do not
     work (the API server dials the node by name): read container output with
     :meth:`RealNode.container_log` from the kubelet's ``podLogsDir``.
 
@@ -53,6 +54,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -267,6 +269,7 @@ class HostState:
         self.tunables: dict[str, str] = {}
         self.cgroups_before: set[Path] = set()
         self.foreign_cgroups: list[Path] = []
+        self.iptables_before: set[str] = set()
         self.shim_dir_existed = _SHIM_SOCKETS.exists()
         self.run_containerd_existed = _SHIM_SOCKETS.parent.exists()
         self.log_links_existed = _CONTAINER_LOG_LINKS.exists()
@@ -276,6 +279,7 @@ class HostState:
             with contextlib.suppress(OSError):
                 self.tunables[name] = (Path("/proc/sys") / name).read_text().strip()
         self.cgroups_before = set(self._our_cgroups())
+        self.iptables_before = _iptables_kube_chains()
         return self
 
     @staticmethod
@@ -346,6 +350,9 @@ class HostState:
             if not self.log_links_existed:
                 with contextlib.suppress(OSError):
                     _CONTAINER_LOG_LINKS.rmdir()
+        new_chains = _iptables_kube_chains() - self.iptables_before
+        if new_chains:      # the kubelet runs with makeIPTablesUtilChains: false
+            problems.append(f"new iptables chains: {sorted(new_chains)}")
         if not self.shim_dir_existed:
             shutil.rmtree(_SHIM_SOCKETS, ignore_errors=True)
         if not self.run_containerd_existed:
@@ -380,6 +387,28 @@ def _remove_cgroup(path: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- images
+
+
+def _go_arch() -> str:
+    """This machine's architecture in Go's / OCI's terms (amd64, arm64, …)."""
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(machine, machine)
+
+
+def _iptables_kube_chains() -> set[str]:
+    """``<family>:<table>:<chain>`` of every KUBE-* chain (iptables-save, both families)."""
+    out: set[str] = set()
+    for tool in ("iptables-save", "ip6tables-save"):
+        if shutil.which(tool) is None:
+            continue
+        r = subprocess.run([tool], capture_output=True, text=True, timeout=30, check=False)
+        table = ""
+        for line in r.stdout.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith(":KUBE-"):
+                out.add(f"{tool}:{table}:{line[1:].split()[0]}")
+    return out
 
 
 def _images_cache() -> Path:
@@ -502,7 +531,7 @@ class RealNode:
             self.timings["containerd"] = time.monotonic() - t0
             t1 = time.monotonic()
             for archive in archives.values():
-                self.ctr("images", "import", "--all-platforms", "--snapshotter", "native",
+                self.ctr("images", "import", "--snapshotter", "native",
                          str(archive))
             have = self.ctr("images", "ls", "-q").split()
             missing = [i for i in archives if i not in have]
@@ -577,6 +606,11 @@ state = "{d / 'state'}"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{d / 'opt'}"
+
+[plugins."io.containerd.transfer.v1.local"]
+  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
+    platform = "linux/{_go_arch()}"
+    snapshotter = "native"
 
 [plugins."io.containerd.nri.v1.nri"]
   disable = true
@@ -755,6 +789,8 @@ state = "{d / 'state'}"
                              "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "kernelMemcgNotification": False,
+            # no KUBE-FIREWALL / KUBE-KUBELET-CANARY / KUBE-IPTABLES-HINT chains on the host
+            "makeIPTablesUtilChains": False,
             "nodeStatusUpdateFrequency": "2s", "nodeStatusReportFrequency": "10s",
             "syncFrequency": "5s", "fileCheckFrequency": "5s",
             "volumeStatsAggPeriod": "0s",
