@@ -26,7 +26,7 @@ from plugin.checkpoint import Checkpoint, CheckpointError
 from plugin.config import Settings
 from plugin.grpc.server import PluginServer
 from plugin.inventory import Inventory
-from plugin.metrics import Metrics
+from plugin.metrics import Metrics, drop_kind
 from plugin.node import NodeLogic
 from plugin.orphans import OrphanSweeper
 from plugin.resourceapi import ResourceAPI, describe
@@ -45,6 +45,8 @@ def kube_api_client(kubeconfig: str | None) -> Any:
     Raises :class:`KubeConfigError` with a hint when neither works."""
     from kubernetes import client, config
 
+    if kubeconfig and not Path(kubeconfig).is_file():
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
     try:
         if kubeconfig:
             return config.new_client_from_config(config_file=kubeconfig)
@@ -54,6 +56,21 @@ def kube_api_client(kubeconfig: str | None) -> Any:
             "in-cluster config (no --kubeconfig given, and not running in a pod)")
         raise KubeConfigError(f"{where}: {e}") from None
     return client.ApiClient()
+
+
+def discovery_plugins(s: Settings) -> list[DiscoveryPlugin]:
+    """The discovery plugins ``s.discovery`` names, constructed with their options (which
+    they check). Raises :class:`discovery.loader.PluginLoadError` naming the plugin; needs no
+    API server, so ``drakit run`` calls it before connecting."""
+    return load_plugins(
+        s.discovery,
+        lambda name: DiscoveryContext(
+            driver_name=s.driver_name,
+            node_name=s.node_name,
+            sysfs_root=s.sysfs_root,
+            options=dict(s.plugin_options.get(name, {})),
+        ),
+    )
 
 
 def _private_dir(path: Path) -> None:
@@ -107,18 +124,10 @@ class App:
         self.settings = settings
         s = settings
         self.metrics = Metrics(s.driver_name)
+        if plugins is None:  # before the API client: a wrong name or option is said first
+            plugins = discovery_plugins(s)
         self.api_client = api_client if api_client is not None else kube_api_client(s.kubeconfig)
         self.resource_api = ResourceAPI(self.api_client)
-        if plugins is None:
-            plugins = load_plugins(
-                s.discovery,
-                lambda name: DiscoveryContext(
-                    driver_name=s.driver_name,
-                    node_name=s.node_name,
-                    sysfs_root=s.sysfs_root,
-                    options=dict(s.plugin_options.get(name, {})),
-                ),
-            )
         self.inventory = Inventory(plugins)
         loaded = {p.name for p in plugins} | set(s.discovery)
         for name in sorted(set(s.plugin_options) - loaded):
@@ -154,7 +163,7 @@ class App:
             s.node_name,
             strict=s.strict,
             resync_period=s.resync_seconds,
-            on_validation_issue=lambda _i: self.metrics.validation_drop(),
+            on_validation_issue=lambda i: self.metrics.validation_drop(drop_kind(i.action)),
             on_write=lambda verb, _pool: self.metrics.slice_write(verb),
             on_error=lambda _e: self.metrics.publish_errors.inc(),
         )
@@ -219,6 +228,11 @@ class App:
         self.inventory.refresh()
         self._count_discovery_errors()
         self.metrics.devices.set(self.inventory.device_count())
+        if self.inventory.device_count() == 0 and self.settings.sysfs_root != Path("/sys"):
+            log.warning("discovery (%s) found 0 devices under --sysfs-root %s%s",
+                        ", ".join(self.settings.discovery), self.settings.sysfs_root,
+                        "" if self.settings.sysfs_root.is_dir() else
+                        " (no such directory)")
         for pool in self.inventory.pools():
             log.info(
                 "pool %s: %d device(s), %d counter set(s)",

@@ -38,15 +38,24 @@ def _run(argv: Sequence[str]) -> int:
         "--node-name are required; every flag can also be set by the environment variable "
         "in brackets.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
     )
     add_run_arguments(parser)
     ns = parser.parse_args(argv)
+    # everything checkable without the API first, in the order of the flags: settings,
+    # files named by flags, discovery plugin names and their options; then the API
     try:
         settings = settings_from_args(ns)
     except ValueError as e:
         parser.error(str(e))
     setup_logging(settings.log_format, settings.verbosity, settings.driver_name)
-    from plugin.app import App
+    from discovery.loader import PluginLoadError
+    from plugin.app import App, discovery_plugins
+
+    try:
+        plugins = discovery_plugins(settings)
+    except PluginLoadError as e:
+        parser.error(f"--discovery {','.join(settings.discovery)}: {e}")
 
     stop = threading.Event()
 
@@ -57,7 +66,7 @@ def _run(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        app = App(settings)
+        app = App(settings, plugins=plugins)
         app.start()
         from plugin.malloc import freeze_startup_objects
 
@@ -92,7 +101,8 @@ def _cleanup(argv: Sequence[str]) -> int:
     from plugin.slices.publisher import cleanup_slices
 
     parser = argparse.ArgumentParser(
-        prog="drakit cleanup", description="Delete a driver's ResourceSlices of one node."
+        prog="drakit cleanup", description="Delete a driver's ResourceSlices of one node.",
+        allow_abbrev=False,
     )
     parser.add_argument("--driver-name", default=os.environ.get("DRIVER_NAME"),
                         help="DRA driver name [DRIVER_NAME]")

@@ -57,6 +57,16 @@ class Settings(BaseModel):
             parse_endpoint(v)
         return v
 
+    @field_validator("cdi_version_max")
+    @classmethod
+    def _cdi_version(cls, v: str | None) -> str | None:
+        from cdi.version import CDI_VERSIONS
+
+        if v is not None and v not in CDI_VERSIONS:
+            raise ValueError(f"--cdi-version-max {v!r}: not a CDI specification version; "
+                             f"known: {', '.join(CDI_VERSIONS)}")
+        return v
+
     @field_validator("discovery")
     @classmethod
     def _some_discovery(cls, v: list[str]) -> list[str]:
@@ -205,11 +215,27 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
     for flag, value in (("--driver-name", ns.driver_name), ("--node-name", ns.node_name)):
         if not value:
             raise ValueError(f"{flag} is required (or its environment variable)")
-    options = read_config_file(ns.config) if ns.config else {}
     try:
-        return _settings(ns, options)
+        settings = _settings(ns, {})
     except ValidationError as e:
         raise ValueError("; ".join(_describe(err) for err in e.errors())) from None
+    if ns.kubeconfig:
+        check_file(ns.kubeconfig, "--kubeconfig")
+    if ns.config:
+        check_file(ns.config, "--config")
+        settings.plugin_options = read_config_file(ns.config)
+    return settings
+
+
+def check_file(path: str, flag: str) -> None:
+    """ValueError naming ``flag`` when ``path`` does not exist or is not a readable file."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{flag} {path}: no such file")
+    if not p.is_file():
+        raise ValueError(f"{flag} {path}: not a file")
+    if not os.access(p, os.R_OK):
+        raise ValueError(f"{flag} {path}: not readable")
 
 
 def _describe(err: Any) -> str:

@@ -1,21 +1,85 @@
 """Prometheus metrics of one node agent (prometheus-client, own registry: no global state).
 
-Names are prefixed ``drakit_``; every series carries the ``driver`` label.
+drakit's own metrics are named ``drakit_*`` and carry the ``driver`` label; durations are
+histograms named ``…_duration_seconds`` and counters end in ``_total`` (Prometheus naming
+conventions). The registry also holds prometheus-client's process collector
+(``process_resident_memory_bytes``, ``process_cpu_seconds_total``, ``process_open_fds``…),
+platform collector (``python_info``) and garbage-collector collector (``python_gc_*``), and
+``drakit_build_info`` (version, Python version; value 1).
+
+Every series with a known, closed label set exists from the start at zero (prepare and
+unprepare results ``success``/``error``, ResourceSlice write verbs, validation drop kinds,
+each error counter), so ``rate(…{result="error"}[5m])`` and ``increase(…) > 0`` alerts work
+before the first error happens.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
+RESULTS = ("success", "error")
+"""``result`` label values of the prepare/unprepare counters and histograms."""
+
+SLICE_VERBS = ("create", "update", "delete")
+"""``verb`` label values of ``drakit_resourceslice_writes_total``."""
+
+VALIDATION_DROPS = ("device", "attribute", "counter_set", "pool")
+"""``what`` label values of ``drakit_validation_drops_total``: what the publisher left out
+(a device, an attribute or capacity, a counter set, a whole pool)."""
+
+_DROP_BY_ACTION = {
+    "device dropped": "device",
+    "attribute dropped": "attribute",
+    "counter set dropped": "counter_set",
+    "pool skipped": "pool",
+}
+
+
+def drakit_version() -> str:
+    """drakit's installed version ("unknown" when run from a source tree not installed)."""
+    try:
+        return version("drakit")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def drop_kind(action: str) -> str:
+    """The ``what`` label for a :class:`plugin.slices.validate.ValidationIssue` action
+    (``"device dropped"`` → ``"device"``); ValueError for an action not in the list."""
+    try:
+        return _DROP_BY_ACTION[action]
+    except KeyError:
+        raise ValueError(f"unknown validation action {action!r}") from None
+
 
 class Metrics:
-    """All metrics; ``render()`` gives the text exposition format."""
+    """All metrics; ``render()`` gives the text exposition format, ``registry`` is what the
+    HTTP endpoint serves (see :mod:`plugin.http`)."""
 
     def __init__(self, driver: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r, lbl = self.registry, ["driver"]
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        Info("drakit_build", "drakit version and the Python it runs on", lbl, registry=r).labels(
+            driver
+        ).info({"version": drakit_version(), "python_version": platform.python_version()})
         self._prepare = Counter(
             "drakit_prepare_claims",
             "Claims answered by NodePrepareResources, by result",
@@ -29,15 +93,15 @@ class Metrics:
             registry=r,
         )
         self._prepare_latency = Histogram(
-            "drakit_prepare_seconds",
-            "NodePrepareResources latency per claim",
+            "drakit_prepare_duration_seconds",
+            "NodePrepareResources time per claim, in seconds",
             [*lbl, "result"],
             buckets=_BUCKETS,
             registry=r,
         )
         self._unprepare_latency = Histogram(
-            "drakit_unprepare_seconds",
-            "NodeUnprepareResources latency per claim",
+            "drakit_unprepare_duration_seconds",
+            "NodeUnprepareResources time per claim, in seconds",
             [*lbl, "result"],
             buckets=_BUCKETS,
             registry=r,
@@ -60,7 +124,7 @@ class Metrics:
         )
         self._validation_drops = Counter(
             "drakit_validation_drops",
-            "Devices or attributes left out for breaking an API rule",
+            "Devices, attributes, counter sets or pools left out for breaking an API rule",
             [*lbl, "what"],
             registry=r,
         )
@@ -89,6 +153,14 @@ class Metrics:
             registry=r,
         )
         self.driver = driver
+        for result in RESULTS:  # every series at zero from the start
+            for metric in (self._prepare, self._unprepare, self._prepare_latency,
+                           self._unprepare_latency):
+                metric.labels(driver, result)
+        for verb in SLICE_VERBS:
+            self._slice_writes.labels(driver, verb)
+        for what in VALIDATION_DROPS:
+            self._validation_drops.labels(driver, what)
         self.discovery_errors = self._discovery_errors.labels(driver)
         self.devices = self._devices.labels(driver)
         self.devices_published = self._devices_published.labels(driver)
@@ -112,6 +184,9 @@ class Metrics:
 
     # publisher hooks
     def validation_drop(self, what: str = "device") -> None:
+        """Count one left-out item; ``what`` is one of :data:`VALIDATION_DROPS`."""
+        if what not in VALIDATION_DROPS:
+            raise ValueError(f"validation drop kind {what!r} is not one of {VALIDATION_DROPS}")
         self._validation_drops.labels(self.driver, what).inc()
 
     def slice_write(self, verb: str) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,41 @@ from plugin.testing.pytest_plugin import (  # noqa: F401 - session fixtures, one
     real_apiserver,
     real_apiserver_factory,
 )
+
+APISERVER_KINDS = ("embedded", "real")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "both_apiservers: run on the embedded and on a real kube-apiserver")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``both_apiservers`` that use ``apiserver_kind`` (through their folder's
+    harness fixtures) run once on the embedded API server and once on a real kube-apiserver
+    1.37 (the real one skips where its binaries are absent; fails under CI=true)."""
+    if ("apiserver_kind" in metafunc.fixturenames
+            and metafunc.definition.get_closest_marker("both_apiservers")):
+        metafunc.parametrize("apiserver_kind", APISERVER_KINDS)
+
+
+@pytest.fixture
+def apiserver_kind() -> str:
+    """Which API server the harness fixtures use: "embedded" unless parametrized."""
+    return "embedded"
+
+
+@pytest.fixture
+def harness_apiserver(apiserver_kind: str, request: pytest.FixtureRequest) -> Any:
+    """None for the embedded server (each harness makes its own), else the session's real
+    kube-apiserver, reset (no slices, no claims in default) for this test."""
+    if apiserver_kind != "real":
+        return None
+    server = request.getfixturevalue("real_apiserver")
+    server.reset()
+    server.clear_requests()
+    return server
+
 
 EXAMPLE_VENDOR = Path(__file__).resolve().parents[1] / "examples" / "drakit-example-vendor"
 

@@ -121,6 +121,8 @@ ALL_RESOURCE_VERSIONS: dict[str, bool] = {
 }
 
 _RESOURCE_GROUP_VERSIONS = ("v1", "v1beta2", "v1beta1")
+#: The namespace label without which the server refuses adminAccess requests (DRAAdminAccess).
+ADMIN_ACCESS_LABEL = {"resource.kubernetes.io/admin-access": "true"}
 
 
 class RealClusterError(RuntimeError):
@@ -712,6 +714,15 @@ class RealAPIServer:
             self.request("PATCH", path, dict(doc), content_type="application/apply-patch+yaml",
                          query=query)
 
+    def reset(self, namespaces: Sequence[str] = ("default",)) -> None:
+        """Delete every ResourceSlice and the ResourceClaims of ``namespaces`` (as the
+        admin), so a test written for a fresh embedded server (node-1, claim c1) can run on
+        this shared one. Nodes, RBAC, policies and DeviceClasses stay."""
+        base = f"/apis/resource.k8s.io/{self._helper_version}"
+        self.request("DELETE", f"{base}/resourceslices")
+        for namespace in namespaces:
+            self.request("DELETE", f"{base}/namespaces/{namespace}/resourceclaims")
+
     def create_node(self, name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
         """A Node, Ready and without taints (so the scheduler binds pods to it)."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -756,12 +767,15 @@ class RealAPIServer:
         labels: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Create a ResourceClaim allocated to ``devices``, as the embedded server's
-        ``create_claim`` does (same arguments); the real server picks the UID, so ``uid``
-        must be None. The DeviceClass is created when missing (the real server needs none,
-        the scheduler does)."""
+        ``create_claim`` does (same arguments; the allocation is written to the status
+        subresource as the admin). The real server picks the UID, so ``uid`` must be None.
+        With an ``admin_access`` device the namespace gets the label DRAAdminAccess asks
+        for (:data:`ADMIN_ACCESS_LABEL`)."""
         if uid is not None:
             raise ValueError("the real API server assigns metadata.uid; pass uid=None")
-        self.ensure_namespace(namespace)
+        admin = any(isinstance(d, AllocatedDevice) and d.admin_access for d in devices)
+        # DRAAdminAccess: only namespaces labelled so may hold adminAccess requests
+        self.ensure_namespace(namespace, ADMIN_ACCESS_LABEL if admin else None)
         results = [d.to_result() if isinstance(d, AllocatedDevice) else dict(d)
                    for d in devices]
         counts: dict[str, int] = {}
@@ -912,23 +926,32 @@ class RealAPIServer:
 
     # ------------------------------------------------------------------ audit log
 
-    def audit_records(self) -> list[AuditRecord]:
+    def audit_records(self, timeout: float = 5.0) -> list[AuditRecord]:
         """Every request since the last :meth:`clear_requests`, oldest first (audit stage
-        ResponseComplete; the log is written while the answer is sent, so a request made a
-        moment ago may appear a few milliseconds later)."""
-        path = self.workdir / "audit.log"
-        out: list[AuditRecord] = []
-        try:
-            with open(path, "rb") as f:
+        ResponseComplete). The server logs a request just after answering it, so this first
+        sends a marker request and reads until the marker is logged (at most ``timeout``
+        seconds); the marker itself is left out."""
+        marker = f"/version?drakit-audit-marker={uuid.uuid4().hex}"
+        self.request("GET", marker)
+        deadline = time.monotonic() + timeout
+        while True:
+            out: list[AuditRecord] = []
+            seen = False
+            with contextlib.suppress(FileNotFoundError), \
+                    open(self.workdir / "audit.log", "rb") as f:
                 f.seek(self._audit_offset)
                 for line in f:
                     if not line.endswith(b"\n"):
                         break
                     with contextlib.suppress(ValueError):
-                        out.append(AuditRecord.from_event(json.loads(line)))
-        except FileNotFoundError:
-            pass
-        return out
+                        record = AuditRecord.from_event(json.loads(line))
+                        if "drakit-audit-marker=" in record.path:
+                            seen = seen or record.path == marker
+                            continue
+                        out.append(record)
+            if seen or time.monotonic() >= deadline:
+                return out
+            time.sleep(0.02)
 
     def clear_requests(self) -> None:
         """Forget the requests logged so far (only later ones are returned)."""
@@ -989,3 +1012,17 @@ def resource_versions_config(versions: Iterable[str]) -> dict[str, bool]:
     return {**{f"resource.k8s.io/{v}": v in wanted for v in (*_RESOURCE_GROUP_VERSIONS,
                                                               "v1alpha3")},
             "scheduling.k8s.io/v1beta1": True}
+
+
+def real_server_for(request: Any, default: RealAPIServer,
+                    harness_kwargs: dict[str, Any]) -> RealAPIServer:
+    """The real server a harness made with ``harness_kwargs`` should use in a test written
+    for the embedded one: ``default``, or for ``served_versions=(...)`` the session's server
+    serving just those (``real_apiserver_factory``), reset. Pops ``served_versions``."""
+    versions = harness_kwargs.pop("served_versions", None)
+    if not versions or tuple(versions) == ("v1",):
+        return default
+    server: RealAPIServer = request.getfixturevalue("real_apiserver_factory")(
+        runtime_config=resource_versions_config(versions))
+    server.reset()
+    return server

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from plugin.testing.harness import DriverHarness
+from plugin.testing.realcluster import real_server_for
 
 FAST = {
     "health_resend_seconds": 2.0,
@@ -18,12 +19,16 @@ FAST = {
 
 
 @pytest.fixture
-def harness_factory(tmp_path: Path) -> Iterator[Callable[..., DriverHarness]]:
+def harness_factory(tmp_path: Path, harness_apiserver: Any,
+                    request: pytest.FixtureRequest) -> Iterator[Callable[..., DriverHarness]]:
     """make(**DriverHarness kwargs) → a started harness; ``start=False`` leaves it stopped.
-    All are stopped at teardown."""
+    All are stopped at teardown. On the real kube-apiserver for the ``real`` run of a test
+    marked both_apiservers (tests/conftest.py)."""
     made: list[DriverHarness] = []
 
     def make(start: bool = True, **kwargs: Any) -> DriverHarness:
+        if harness_apiserver is not None:
+            kwargs["apiserver"] = real_server_for(request, harness_apiserver, kwargs)
         if not kwargs.get("subprocess"):
             kwargs["settings"] = {**FAST, **kwargs.get("settings", {})}
         h = DriverHarness(tmp_path / f"h{len(made)}", **kwargs)

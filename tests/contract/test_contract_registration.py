@@ -5,6 +5,7 @@ from __future__ import annotations
 import stat
 from collections.abc import Callable
 
+import pytest
 from contract_helpers import DRIVER, NODE, uid_of
 
 from plugin.testing.harness import DriverHarness
@@ -32,6 +33,7 @@ def test_rejection_not_ready_then_accepted(harness_factory: Callable[..., Driver
     assert h.prepare(claim)[uid_of(claim)].error == ""
 
 
+@pytest.mark.both_apiservers
 def test_kubelet_restart_reregisters_and_republishes(
     harness_factory: Callable[..., DriverHarness],
 ) -> None:

@@ -102,6 +102,7 @@ def test_unprepare_needs_no_api(harness_factory: Callable[..., DriverHarness]) -
 # -- device busy ----------------------------------------------------------------------------
 
 
+@pytest.mark.both_apiservers
 def test_device_busy_until_unprepared(harness_factory: Callable[..., DriverHarness]) -> None:
     h = harness_factory()
     a = h.allocate("a", [("node-1", "gpu-0")])
@@ -120,6 +121,7 @@ def test_device_busy_until_unprepared(harness_factory: Callable[..., DriverHarne
     assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(b), uid_of(admin)})
 
 
+@pytest.mark.both_apiservers
 def test_multiple_allocations_device_is_shared(
     harness_factory: Callable[..., DriverHarness],
 ) -> None:
@@ -142,6 +144,7 @@ def unreserve(h: DriverHarness, name: str) -> None:
     h.apiserver.update_object("resourceclaims", claim, subresource="status")
 
 
+@pytest.mark.both_apiservers
 def test_stale_prepare_after_unprepare_is_refused(
     harness_factory: Callable[..., DriverHarness],
 ) -> None:
@@ -163,6 +166,7 @@ def test_stale_prepare_after_unprepare_is_refused(
     assert h.cdi_files() == []
 
 
+@pytest.mark.both_apiservers
 def test_legitimate_reprepare_after_unprepare(
     harness_factory: Callable[..., DriverHarness],
 ) -> None:

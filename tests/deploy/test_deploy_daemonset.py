@@ -38,6 +38,7 @@ LEFT_TO_DEFAULT = {
 
 NODE = "node-a"
 POD_UID = str(uuid.UUID(int=0x1234))
+POD_IP = "10.244.1.7"
 
 
 def _cli_env_vars() -> set[str]:
@@ -83,12 +84,14 @@ def _settings(docs: list[dict[str, Any]], tmp_path: Path,
         monkeypatch.delenv(name, raising=False)
     env = _env(container)
     config_path = ""
+    expanded: dict[str, str] = {}
     for name, e in env.items():
-        if "value" in e:
-            value = e["value"]
+        if "value" in e:  # $(VAR) of an earlier variable, expanded as the kubelet does
+            value = re.sub(r"\$\((\w+)\)", lambda m: expanded.get(m[1], m[0]), e["value"])
         else:
             field = e["valueFrom"]["fieldRef"]["fieldPath"]
-            value = {"spec.nodeName": NODE, "metadata.uid": POD_UID}[field]
+            value = {"spec.nodeName": NODE, "metadata.uid": POD_UID, "status.podIP": POD_IP}[field]
+        expanded[name] = value
         if name == "DRAKIT_CONFIG":
             config_path = value
             value = str(_config_file(docs, value, tmp_path))
@@ -147,7 +150,14 @@ def test_every_cli_variable_is_wired_or_deliberately_defaulted(
         name: str, docs: list[dict[str, Any]]) -> None:
     env = _env(plugin_container(one(docs, "DaemonSet")))
     cli = _cli_env_vars()
-    unknown = set(env) - cli
+    # variables only other values refer to, as $(NAME) (POD_IP in HTTP_ENDPOINT)
+    # (the kubelet expands $(NAME) only from variables earlier in the list)
+    referenced: set[str] = set()
+    for i, (var, e) in enumerate(env.items()):
+        for ref in re.findall(r"\$\((\w+)\)", e.get("value", "")):
+            assert ref in list(env)[:i], f"{name}: {var} refers to $({ref}) defined later or not"
+            referenced.add(ref)
+    unknown = set(env) - cli - referenced
     assert not unknown, f"{name}: DaemonSet sets variables the CLI does not read: {unknown}"
     assert cli - set(env) == set(LEFT_TO_DEFAULT), (
         f"{name}: unset variables {sorted(cli - set(env))}; wire them or add them to "
@@ -189,7 +199,9 @@ def test_probes_and_port_use_the_http_endpoint(name: str, docs: list[dict[str, A
     s, _ = _settings(docs, tmp_path, monkeypatch)
     container = plugin_container(one(docs, "DaemonSet"))
     assert s.http_endpoint is not None
-    port = int(s.http_endpoint.rpartition(":")[2])
+    host, _, port_text = s.http_endpoint.rpartition(":")
+    assert host == POD_IP, f"{name}: the unauthenticated endpoint listens on {host or 'all'}"
+    port = int(port_text)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": port}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -218,7 +230,10 @@ def test_base_defaults() -> None:
     assert env["DRIVER_NAME"]["value"] == DRIVER_NAME
     assert pod["priorityClassName"] == "system-node-critical"
     assert {"operator": "Exists"} in pod["tolerations"]
-    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    # the example discoverer's fake devices only where a node was labelled for them
+    assert env["DISCOVERY"]["value"] == "example"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux",
+                                   "drakit-example-devices": "true"}
     assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
     res = container["resources"]
     assert set(res["requests"]) == {"cpu", "memory"} and set(res["limits"]) == {"cpu", "memory"}

@@ -11,15 +11,21 @@ import pytest
 
 from cdi.testing import podman_cdi, schema_validator  # noqa: F401  (fixture re-exported)
 from plugin.testing.harness import DriverHarness
+from plugin.testing.realcluster import real_server_for
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "cdi-schema"
 
 
 @pytest.fixture
-def harness_factory(tmp_path: Path) -> Iterator[Callable[..., DriverHarness]]:
+def harness_factory(tmp_path: Path, harness_apiserver: Any,
+                    request: pytest.FixtureRequest) -> Iterator[Callable[..., DriverHarness]]:
+    """make(**DriverHarness kwargs) → a started harness; on the real kube-apiserver for the
+    ``real`` run of a test marked both_apiservers (tests/conftest.py)."""
     made: list[DriverHarness] = []
 
     def make(**kwargs: Any) -> DriverHarness:
+        if harness_apiserver is not None:
+            kwargs["apiserver"] = real_server_for(request, harness_apiserver, kwargs)
         h = DriverHarness(tmp_path / f"h{len(made)}", **kwargs)
         made.append(h)
         return h.start()

@@ -17,6 +17,7 @@ def uid(claim: dict[str, Any]) -> str:
     return str(claim["metadata"]["uid"])
 
 
+@pytest.mark.both_apiservers
 def test_registration_and_slices(harness: DriverHarness) -> None:
     reg = harness.kubelet.registered_plugins(harness.driver_name)[-1]
     assert reg.dra_version == "v1.DRAPlugin"
@@ -31,6 +32,9 @@ def test_registration_and_slices(harness: DriverHarness) -> None:
     assert len(harness.devices()) == harness.app.inventory.device_count()
 
 
+@pytest.mark.both_apiservers
+@pytest.mark.both_apiservers
+@pytest.mark.both_apiservers
 @pytest.mark.parametrize(
     "kubelet_version,expected", [("1.34", "v1.DRAPlugin"), ("1.33", "v1beta1.DRAPlugin")]
 )
@@ -58,6 +62,7 @@ def test_prepare_unprepare_each_version(
     assert json.loads(h.checkpoint_path.read_text())["claims"] == {}
 
 
+@pytest.mark.both_apiservers
 def test_repeat_prepare_is_idempotent_and_rewrites_missing_spec(harness: DriverHarness) -> None:
     claim = harness.allocate("c1", [("node-1", "gpu-0"), ("node-1", "gpu-1")])
     first = harness.prepare(claim)[uid(claim)]
@@ -76,6 +81,7 @@ def test_unknown_unprepare_is_success(harness: DriverHarness) -> None:
     }
 
 
+@pytest.mark.both_apiservers
 def test_uid_mismatch_is_claim_error(harness: DriverHarness) -> None:
     harness.allocate("c1", [("node-1", "gpu-0")])
     stale = ("default", "c1", "11111111-2222-3333-4444-555555555555")
@@ -84,6 +90,7 @@ def test_uid_mismatch_is_claim_error(harness: DriverHarness) -> None:
     assert harness.cdi_files() == []
 
 
+@pytest.mark.both_apiservers
 def test_batch_of_three_with_one_failing(harness: DriverHarness) -> None:
     a = harness.allocate("a", [("node-1", "gpu-0")])
     b = harness.allocate("b", [("node-1", "no-such-device")])
@@ -119,6 +126,7 @@ def test_hostile_claim_names_never_touch_paths(harness: DriverHarness) -> None:
     assert harness.cdi_files() == []
 
 
+@pytest.mark.both_apiservers
 def test_status_written_and_removed(harness: DriverHarness) -> None:
     claim = harness.allocate("c1", [("node-1", "gpu-0")])
     assert harness.prepare(claim)[uid(claim)].error == ""

@@ -46,6 +46,9 @@ def test_failing_plugin_is_retried_and_not_ready_meanwhile(
         assert not ready
         assert any("discovery plugin flaky failing: RuntimeError: sensor bus not ready" in r
                    for r in reasons)
+        errors = h.app.metrics.registry.get_sample_value(
+            "drakit_discovery_errors_total", {"driver": "drakit.example.com"})
+        assert errors is not None and errors >= 1  # counted, not only initialised at zero
         assert "drakit_discovery_errors_total" in h.app.metrics.render().decode()
         Flaky.healthy = True
         h.wait_for(lambda: ("node-1", "dev-0") in h.devices(), 15, "the retried discovery")

@@ -46,7 +46,14 @@ def make_publisher(
 @pytest.fixture
 def server(
     embedded_apiserver_factory: Callable[..., EmbeddedAPIServer],  # noqa: F811
+    harness_apiserver: Any,
 ) -> EmbeddedAPIServer:
+    """A server with Node NODE: a new embedded one, or (the ``real`` run of a test marked
+    both_apiservers) the session's real kube-apiserver, reset."""
+    if harness_apiserver is not None:
+        if harness_apiserver.get_object("nodes", NODE) is None:
+            harness_apiserver.create_node(NODE)
+        return harness_apiserver  # type: ignore[no-any-return]
     srv = embedded_apiserver_factory(("v1",))
     srv.create_node(NODE)
     return srv

@@ -44,6 +44,7 @@ def generations(items: list[dict[str, Any]]) -> set[int]:
     return {s["spec"]["pool"]["generation"] for s in items}
 
 
+@pytest.mark.both_apiservers
 def test_publish_creates_owned_slices(server: EmbeddedAPIServer,
                                       make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
@@ -64,6 +65,7 @@ def test_publish_creates_owned_slices(server: EmbeddedAPIServer,
     assert stats.last_publish_time is not None and stats.generations == {NODE: 1}
 
 
+@pytest.mark.both_apiservers
 def test_unchanged_resync_makes_no_writes(server: EmbeddedAPIServer,
                                           make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
@@ -104,6 +106,7 @@ def test_resync_keys_only_slices_whose_resource_version_changed(
     assert sorted(len(s["spec"]["devices"]) for s in slices(server)) == [44, 128, 128]
 
 
+@pytest.mark.both_apiservers
 def test_content_change_bumps_generation_of_every_slice(server: EmbeddedAPIServer,
                                                         make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
@@ -118,6 +121,7 @@ def test_content_change_bumps_generation_of_every_slice(server: EmbeddedAPIServe
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in items} == {2}
 
 
+@pytest.mark.both_apiservers
 def test_restart_continues_generation(server: EmbeddedAPIServer,
                                       make_publisher: MakePublisher) -> None:
     first = make_publisher(server)
@@ -131,6 +135,7 @@ def test_restart_continues_generation(server: EmbeddedAPIServer,
     assert generations(slices(server)) == {3}
 
 
+@pytest.mark.both_apiservers
 def test_stale_pools_and_surplus_slices_deleted(server: EmbeddedAPIServer,
                                                 make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
@@ -143,6 +148,7 @@ def test_stale_pools_and_surplus_slices_deleted(server: EmbeddedAPIServer,
     assert pub.stats.generations == {NODE: 2}
 
 
+@pytest.mark.both_apiservers
 def test_foreign_slice_on_our_node_is_removed(server: EmbeddedAPIServer,
                                               make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
@@ -182,6 +188,7 @@ def test_strict_mode_refuses_everything(server: EmbeddedAPIServer,
     assert slices(server) == [] and slice_writes(server) == 0
 
 
+@pytest.mark.both_apiservers
 def test_partitionable_pool(server: EmbeddedAPIServer, make_publisher: MakePublisher) -> None:
     sets = [CounterSet(name=f"gpu-{g}", counters={"memory": "80Gi", "compute": "98"})
             for g in range(9)]
@@ -199,6 +206,7 @@ def test_partitionable_pool(server: EmbeddedAPIServer, make_publisher: MakePubli
     assert pub.sync().writes == 0
 
 
+@pytest.mark.both_apiservers
 def test_not_node_local_pool(server: EmbeddedAPIServer, make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
     pub.publish([pool(1), pool(2, name="shared", all_nodes=True)])
@@ -288,6 +296,7 @@ def test_retries_are_bounded(server: EmbeddedAPIServer, make_publisher: MakePubl
     assert pub.sync().creates == 1 and pub.stats.published_once
 
 
+@pytest.mark.both_apiservers
 def test_background_watch_restores_deleted_and_edited_slices(
         server: EmbeddedAPIServer, make_publisher: MakePublisher) -> None:
     pub = make_publisher(server, resync_period=3600, watch_delay=0.05)
@@ -327,6 +336,7 @@ def test_background_periodic_resync_and_trigger(server: EmbeddedAPIServer,
     wait_for(lambda: len(slices(server)[0]["spec"]["devices"]) == 4, what="triggered publish")
 
 
+@pytest.mark.both_apiservers
 def test_cleanup_removes_this_nodes_slices_only(server: EmbeddedAPIServer,
                                                 make_publisher: MakePublisher) -> None:
     make_publisher(server).publish([pool(200), pool(1, name="shared", all_nodes=True)])
@@ -367,6 +377,7 @@ def test_fields_dropped_by_the_server_do_not_cause_rewrites(
     assert pub.publish([inventory]).writes == 0  # type: ignore[union-attr]
 
 
+@pytest.mark.both_apiservers
 def test_per_device_node_selection_pool(server: EmbeddedAPIServer,
                                         make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)
@@ -380,6 +391,7 @@ def test_per_device_node_selection_pool(server: EmbeddedAPIServer,
     assert pub.sync().writes == 0
 
 
+@pytest.mark.both_apiservers
 def test_pool_turning_non_node_local_replaces_its_slices(
         server: EmbeddedAPIServer, make_publisher: MakePublisher) -> None:
     pub = make_publisher(server)

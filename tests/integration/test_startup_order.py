@@ -1,0 +1,123 @@
+"""``drakit run`` checks what it can without the API server first, each error naming the
+flag, and says plainly what is wrong: run as a user runs it (a subprocess, no cluster)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from plugin.testing.harness import DriverHarness
+
+IN_CLUSTER_ERROR = "Service host/port is not set"
+
+
+def drakit_run(tmp_path: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KUBERNETES_") and k not in (
+               "KUBECONFIG", "DISCOVERY", "DRAKIT_CONFIG", "CDI_VERSION_MAX")}
+    return subprocess.run(
+        [sys.executable, "-m", "plugin.cli", "run", "--driver-name", "gpu.example.com",
+         "--node-name", "node-1",
+         "--kubelet-registrar-directory-path", str(tmp_path / "registry"),
+         "--kubelet-plugins-directory-path", str(tmp_path / "plugins"),
+         "--cdi-root", str(tmp_path / "cdi"), *argv],
+        capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (("--discovery", "nosuch"), "--discovery nosuch: unknown discovery plugin 'nosuch'"),
+    (("--discovery", "example", "--cdi-version-max", "9.9"),
+     "--cdi-version-max '9.9': not a CDI specification version"),
+    (("--kubeconfig", "/nonexistent/kubeconfig"),
+     "--kubeconfig /nonexistent/kubeconfig: no such file"),
+    (("--config", "/nonexistent/drakit.yaml"), "--config /nonexistent/drakit.yaml: no such file"),
+    (("--driver-nam", "x"), "unrecognized arguments: --driver-nam"),
+    (("--http-endpoint", "nope"), "--http-endpoint"),
+])
+def test_checks_without_the_api_come_first_and_name_the_flag(
+    tmp_path: Path, argv: tuple[str, ...], expected: str
+) -> None:
+    r = drakit_run(tmp_path, *argv)
+    assert r.returncode == 2, r.stderr
+    assert expected in r.stderr
+    assert IN_CLUSTER_ERROR not in r.stderr
+    assert not (tmp_path / "registry").exists() and not (tmp_path / "plugins").exists()
+
+
+def test_bad_plugin_option_is_reported_before_the_api(tmp_path: Path) -> None:
+    path = config(tmp_path, "discovery:\n  example:\n    nosuchOption: 1\n")
+    r = drakit_run(tmp_path, "--discovery", "example", "--config", path)
+    assert r.returncode == 2, r.stderr
+    assert "--discovery example: discovery plugin 'example'" in r.stderr
+    assert "nosuchOption" in r.stderr
+    assert IN_CLUSTER_ERROR not in r.stderr
+
+
+def test_without_a_cluster_the_in_cluster_error_comes_last(tmp_path: Path) -> None:
+    r = drakit_run(tmp_path, "--discovery", "example")
+    assert r.returncode == 1
+    assert "in-cluster config" in r.stderr and IN_CLUSTER_ERROR in r.stderr
+
+
+def test_one_line_per_failed_api_attempt(tmp_path: Path) -> None:
+    """An API server that refuses connections: drakit's own lines only, no urllib3
+    'Retrying (…)' warnings."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plugin.cli", "run", "--driver-name", "gpu.example.com",
+         "--node-name", "node-1", "--discovery", "example", "--kubeconfig", str(kubeconfig),
+         "--kubelet-registrar-directory-path", str(tmp_path / "registry"),
+         "--kubelet-plugins-directory-path", str(tmp_path / "plugins"),
+         "--cdi-root", str(tmp_path / "cdi"), "--resync-seconds", "1"],
+        stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(8)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert "Retrying" not in err, err
+    failed = [line for line in err.splitlines() if f"127.0.0.1:{port}" in line
+              or "Connection refused" in line]
+    assert failed, err  # drakit says the API is unreachable
+
+
+def test_zero_devices_under_a_non_default_sysfs_root_warns(
+    harness_factory: Callable[..., DriverHarness], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="plugin.app"):
+        harness_factory(discovery=["pci"], settings={"sysfs_root": tmp_path / "nosuch"})
+    assert any("found 0 devices under --sysfs-root" in r.getMessage()
+               and "no such directory" in r.getMessage() for r in caplog.records)
