@@ -56,10 +56,14 @@ def build_image() -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
+def docs_daemonset(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    return ds
+
+
 def render(node: RealNode, image: str, port: int) -> list[dict[str, Any]]:
     docs = [d for d in yaml.safe_load_all(node.cp.kubectl("kustomize", str(BASE)).stdout) if d]
-    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
-    spec = ds["spec"]["template"]["spec"]
+    spec = docs_daemonset(docs)["spec"]["template"]["spec"]
     spec["hostNetwork"] = True
     spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     [c] = spec["containers"]
@@ -106,6 +110,11 @@ def test_drakit_as_daemonset(node: RealNode, drivers: Drivers, tmp_path: Path) -
     docs = render(node, image, free_port())
     drivers.stop_shared()
     (node.workdir / "drakit-daemonset.yaml").write_text(yaml.safe_dump_all(docs))
+    # the DaemonSet's nodeSelector: nodes labelled for the example's fake devices
+    selector = docs_daemonset(docs)["spec"]["template"]["spec"].get("nodeSelector") or {}
+    labels = [f"{k}={v}" for k, v in selector.items() if k != "kubernetes.io/os"]
+    if labels:
+        node.cp.kubectl("label", "node", node.node_name, "--overwrite", *labels)
     t1 = time.monotonic()
     node.apply(docs)
     try:
@@ -136,3 +145,6 @@ def test_drakit_as_daemonset(node: RealNode, drivers: Drivers, tmp_path: Path) -
         node.cp.kubectl("delete", "-f", str(node.workdir / "drakit-daemonset.yaml"),
                         "--ignore-not-found", "--wait=false", check=False)
         wait_until(lambda: not agent_pods(node), 90, "the agent pod gone")
+        if labels:
+            node.cp.kubectl("label", "node", node.node_name,
+                            *[label.split("=")[0] + "-" for label in labels], check=False)
