@@ -837,20 +837,6 @@ state = "{d / 'state'}"
         except OSError:
             return ""
 
-    def kubelet_log_since(self, offset: int) -> str:
-        try:
-            with open(self.workdir / "kubelet.log", "rb") as f:
-                f.seek(offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def kubelet_log_size(self) -> int:
-        try:
-            return (self.workdir / "kubelet.log").stat().st_size
-        except OSError:
-            return 0
-
     def wait_node_ready(self, timeout: float = 60.0, since: float | None = None) -> None:
         """Wait until the Node is Ready (a heartbeat after ``since``, time.time()) and has
         no ``node.kubernetes.io/not-ready`` taint."""
@@ -888,8 +874,9 @@ state = "{d / 'state'}"
         return self.cp.get_object("pods", name, namespace)
 
     def wait_pod_ready(self, namespace: str, name: str, timeout: float = 60.0) -> float:
-        """Wait until the pod's Ready condition is True; returns the seconds from the pod's
-        creationTimestamp… measured here from the call (callers time the apply)."""
+        """Wait until the pod's Ready condition is True; returns the seconds waited (polled
+        every 0.1 s). Raises RealClusterError with the pod and the kubelet's log tail after
+        ``timeout`` seconds, or when the pod ended."""
         t0 = time.monotonic()
 
         def ready() -> bool:
