@@ -1,7 +1,8 @@
 """Test kit shipped with drakit: a fake kubelet and an embedded Kubernetes API server.
 
 Both work over the real wire (unix-socket gRPC, HTTP + JSON), so vendors can test their own
-drivers with them. pytest fixtures: :mod:`plugin.testing.pytest_plugin`.
+drivers with them; :class:`RealAPIServer` starts a real etcd + kube-apiserver 1.37 instead
+(:mod:`plugin.testing.realcluster`). pytest fixtures: :mod:`plugin.testing.pytest_plugin`.
 """
 
 from plugin.testing.apiserver import (
@@ -26,6 +27,12 @@ from plugin.testing.fake_kubelet import (
     fake_kubelet_main,
 )
 from plugin.testing.harness import DriverHarness
+from plugin.testing.realcluster import (
+    RealAPIServer,
+    RealClusterError,
+    find_k8s_bin_dir,
+    start_real_apiserver,
+)
 
 __all__ = [
     "AllocatedDevice",
@@ -40,10 +47,14 @@ __all__ = [
     "KubeletCallError",
     "KubeletCheckError",
     "PreparedDeviceResult",
+    "RealAPIServer",
+    "RealClusterError",
     "RegisteredPlugin",
     "Rejection",
     "RequestRecord",
     "apiserver_main",
     "choose_dra_version",
     "fake_kubelet_main",
+    "find_k8s_bin_dir",
+    "start_real_apiserver",
 ]

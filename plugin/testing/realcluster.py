@@ -17,7 +17,8 @@ What is started (facts: shared/reference/real-control-plane.md)
     free loopback port with TLS (a CA and a serving certificate for 127.0.0.1 and localhost
     made with ``openssl``), static tokens (:attr:`RealAPIServer.admin_token` in group
     ``system:masters``; :attr:`RealAPIServer.nobody_token` with no rights), authorization
-    ``Node,RBAC``, a service-account issuer and key pair (so bound tokens work),
+    ``Node,RBAC`` (RBAC alone on a server without resource.k8s.io/v1), a service-account
+    issuer and key pair (so bound tokens work),
     ``--endpoint-reconciler-type none`` (needed on loopback), every ``resource.k8s.io``
     version (v1, v1beta2, v1beta1, v1alpha3) plus ``scheduling.k8s.io/v1beta1`` and the DRA
     feature gates including the alpha ones (:data:`DRA_FEATURE_GATES`), and an audit log of
@@ -315,7 +316,9 @@ class RealAPIServer:
     ``runtime_config`` maps API group versions to on/off (default
     :data:`ALL_RESOURCE_VERSIONS`; e.g. ``{"resource.k8s.io/v1": False,
     "resource.k8s.io/v1beta1": True}`` is a 1.32-like server); ``feature_gates`` is added to
-    :data:`DRA_FEATURE_GATES`; ``extra_args`` go to kube-apiserver last. Use :meth:`start`
+    :data:`DRA_FEATURE_GATES`; ``extra_args`` go to kube-apiserver last;
+    ``authorization_mode`` defaults to ``Node,RBAC`` (``RBAC`` when resource.k8s.io/v1 is
+    off: the Node authorizer needs v1 ResourceSlices to become ready). Use :meth:`start`
     (or ``with``) and :meth:`stop`; ``stop`` removes ``workdir`` when ``remove_workdir``.
     """
 
@@ -327,6 +330,7 @@ class RealAPIServer:
         runtime_config: Mapping[str, bool] | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         extra_args: Sequence[str] = (),
+        authorization_mode: str | None = None,
         remove_workdir: bool = True,
         start_timeout: float = 90.0,
     ) -> None:
@@ -341,6 +345,10 @@ class RealAPIServer:
                                    else runtime_config)
         self.feature_gates = {**DRA_FEATURE_GATES, **(feature_gates or {})}
         self.extra_args = list(extra_args)
+        # The Node authorizer's graph watches v1 ResourceSlices: with v1 off its informer
+        # never syncs and /readyz stays "informer-sync failed" (seen with 1.37.2).
+        v1_on = self.runtime_config.get("resource.k8s.io/v1", True)
+        self.authorization_mode = authorization_mode or ("Node,RBAC" if v1_on else "RBAC")
         self.remove_workdir = remove_workdir
         self.start_timeout = start_timeout
         self.admin_token = uuid.uuid4().hex
@@ -415,7 +423,7 @@ class RealAPIServer:
                 "--tls-cert-file", str(pki["cert"]), "--tls-private-key-file", str(pki["key"]),
                 "--client-ca-file", str(pki["ca"]),
                 "--token-auth-file", str(self.workdir / "tokens.csv"),
-                "--authorization-mode", "Node,RBAC",
+                "--authorization-mode", self.authorization_mode,
                 "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
                 "--service-account-key-file", str(pki["sa_pub"]),
                 "--service-account-signing-key-file", str(pki["sa_key"]),
@@ -583,6 +591,17 @@ class RealAPIServer:
                            status.get("details") or {}) from None
         return json.loads(raw) if raw else None
 
+    def request_text(self, path: str, *, token: str | None = None) -> str:
+        """GET a non-JSON path (``/metrics``, ``/readyz?verbose``) as ``token`` (default
+        admin); the body as text. Raises :class:`ApiError` on a non-2xx answer."""
+        req = urllib.request.Request(self.url + path)
+        req.add_header("Authorization", f"Bearer {token or self.admin_token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self._ssl) as r:
+                return str(r.read().decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, "", e.read().decode(errors="replace")) from None
+
     def _path(self, resource: str, namespace: str = "", name: str = "",
               version: str | None = None) -> str:
         if resource in _CORE:
@@ -724,7 +743,8 @@ class RealAPIServer:
             self.request("DELETE", f"{base}/namespaces/{namespace}/resourceclaims")
 
     def create_node(self, name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """A Node, Ready and without taints (so the scheduler binds pods to it)."""
+        """A Node, Ready and without taints (so the scheduler binds pods to it): the
+        ``node.kubernetes.io/not-ready`` taint admission puts on a new Node is removed."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         node = {
             "metadata": {"name": name,
@@ -739,7 +759,13 @@ class RealAPIServer:
                 "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
             },
         }
-        return self.create_object("nodes", node)
+        created = self.create_object("nodes", node)
+        if created.get("spec", {}).get("taints"):
+            # admission (TaintNodesByCondition) adds node.kubernetes.io/not-ready; only the
+            # node-lifecycle controller, not running here, would take it off again
+            created["spec"]["taints"] = []
+            created = self.update_object("nodes", created)
+        return created
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Create the namespace unless it exists (labels are merged in when given), with its

@@ -138,6 +138,7 @@ def test_multiple_allocations_device_is_shared(
 
 
 def unreserve(h: DriverHarness, name: str) -> None:
+    h.app.status.flush()  # unprepare's status write first (a real server answers 409 else)
     claim = h.apiserver.get_object("resourceclaims", name, "default")
     assert claim is not None
     claim["status"].pop("reservedFor", None)

@@ -201,3 +201,55 @@ def test_harness_run_is_covered_by_the_cluster_role(short_tmp_path: Path) -> Non
             ("delete", "resourceslices")} <= used, used
     report = compare(_rules(), records, DRIVER_NAME)
     assert report.ok, report.describe()
+
+
+@pytest.mark.slow
+def test_real_agent_run_is_covered_by_the_cluster_role(real_apiserver: Any,
+                                                       short_tmp_path: Path) -> None:
+    """The same on a real kube-apiserver 1.37: deploy/'s base applied, the agent using a
+    token bound to a Pod on its node. The real authorizer must allow every call (no 401/403
+    in the audit log) and the ClusterRole must grant no write the agent did not use."""
+    from discovery.builtin.example import ExampleDiscovery
+    from discovery.model import Device, Pool
+    from discovery.plugin import DiscoveryContext, DiscoveryPlugin
+    from plugin.testing.harness import DriverHarness
+
+    class Resizable(DiscoveryPlugin):
+        """130 devices (two slices), then 3 (one slice updated, one deleted)."""
+
+        name = "resizable"
+        count = 130
+
+        def discover(self) -> list[Pool]:
+            return [Pool(name=f"{self.context.node_name}-resizable",
+                         devices=[Device(name=f"dev-{i}") for i in range(self.count)])]
+
+    server = real_apiserver
+    server.apply_manifests([d for d in render_base() if d["kind"] != "DaemonSet"])
+    node = f"rbac-{uuid.uuid4().hex[:8]}"
+    token = server.node_agent_token(node)
+    user = "system:serviceaccount:drakit:drakit-kubelet-plugin"
+    context = DiscoveryContext(driver_name=DRIVER_NAME, node_name=node)
+    resizable = Resizable(context)
+    server.clear_requests()
+    with DriverHarness(short_tmp_path / "h", node_name=node, apiserver=server, api_token=token,
+                       plugins=[ExampleDiscovery(context), resizable],
+                       settings={"resync_seconds": 2.0}) as h:
+        claim = h.allocate("rbac-c1", [h.devices()[0]])
+        ref = ("default", "rbac-c1", claim["metadata"]["uid"])
+        assert h.prepare(ref)[ref[2]].error == ""
+        assert h.app.status.flush(timeout=20)
+        assert h.unprepare(ref) == {ref[2]: ""}
+        assert h.app.status.flush(timeout=20)
+        resizable.count = 3
+        assert h.app.inventory.refresh()
+        h.app.publisher.publish(h.app.inventory.pools(), wait=True)
+        assert h.app.status.failures == 0
+    records = server.requests(user=user)
+    assert [(r.verb, r.full_resource, r.status_code) for r in records
+            if r.status_code in (401, 403)] == []
+    used = {(r.verb, r.full_resource) for r in records}
+    assert {("patch", "resourceclaims/status"), ("get", "resourceclaims"),
+            ("update", "resourceslices"), ("delete", "resourceslices")} <= used, used
+    report = compare(_rules(), records, DRIVER_NAME)
+    assert report.ok, report.describe()

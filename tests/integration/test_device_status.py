@@ -22,6 +22,7 @@ def devices_of(h: DriverHarness, claim: dict[str, Any]) -> list[dict[str, Any]]:
     return list((h.claim(claim) or {}).get("status", {}).get("devices") or [])
 
 
+@pytest.mark.both_apiservers
 def test_other_drivers_entries_survive(harness: DriverHarness) -> None:
     other = AllocatedDevice(driver="other.example.com", pool="p", device="nic", request="net")
     mine = AllocatedDevice(driver=harness.driver_name, pool="node-1", device="gpu-0",
@@ -56,6 +57,7 @@ def test_conflict_once_then_written(harness: DriverHarness) -> None:
     assert codes[0] == 409 and codes[-1] == 200
 
 
+@pytest.mark.both_apiservers
 def test_missing_claim_at_unprepare_is_fine(harness: DriverHarness) -> None:
     claim = harness.allocate("gone", [("node-1", "gpu-1")])
     uid = claim["metadata"]["uid"]
