@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from plugin.testing.realnode import BUSYBOX_IMAGE, RealNode
+import yaml
+
+from plugin.testing.realnode import BUSYBOX_IMAGE, DrakitProcess, RealNode
+
+HERE = Path(__file__).resolve().parent
 
 DRIVER = "drakit.example.com"
 """The driver drakit runs as on the real node (DeviceClass of the same name)."""
@@ -138,3 +143,75 @@ def apply_and_wait_ready(node: RealNode, docs: list[dict[str, Any]], pods: list[
 
 def device_status(c: dict[str, Any]) -> list[dict[str, Any]]:
     return list((c.get("status") or {}).get("devices") or [])
+
+
+TIMINGS: dict[str, list[float]] = {}
+
+
+def record(name: str, seconds: float) -> None:
+    """Note a measured time (printed in the terminal summary)."""
+    TIMINGS.setdefault(name, []).append(seconds)
+
+
+
+class Veth:
+    """A veth pair made for the session (``name`` has an address, ``peer`` none)."""
+
+    def __init__(self) -> None:
+        tag = uuid.uuid4().hex[:5]
+        self.name, self.peer = f"drkn{tag}a", f"drkn{tag}b"
+        self.address = "10.232.7.1/24"
+
+    def __enter__(self) -> Veth:
+        subprocess.run(["ip", "link", "add", self.name, "type", "veth", "peer", "name",
+                        self.peer], check=True, timeout=10)
+        subprocess.run(["ip", "addr", "add", self.address, "dev", self.name], check=True,
+                       timeout=10)
+        subprocess.run(["ip", "link", "set", self.name, "up"], check=True, timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["ip", "link", "del", self.name], check=False, timeout=10,
+                       capture_output=True)
+
+
+class Drivers:
+    """drakit on the node: :meth:`shared` is the one most tests use (started on demand, again
+    after a test stopped or killed it); :meth:`start` starts another instance."""
+
+    def __init__(self, node: RealNode, workdir: Path, veth: Veth) -> None:
+        self.node = node
+        self.state_file = workdir / "health-state"
+        self.state_file.write_text("Healthy")
+        self.config = workdir / "drakit.yaml"
+        self.config.write_text(yaml.safe_dump({"discovery": {
+            "example": {},
+            "net": {"pool": "net", "include": [veth.name]},
+            "healthflip": {"stateFile": str(self.state_file)},
+        }}))
+        self._shared: DrakitProcess | None = None
+
+    def args(self) -> list[str]:
+        return ["--discovery", "example,net,healthplugin:HealthFlip", "--config",
+                str(self.config), "--resync-seconds", "10", "-v", "1"]
+
+    def start(self, name: str, pod_uid: str | None = None,
+              wait_registered: bool = True) -> DrakitProcess:
+        return self.node.start_drakit(self.args(), driver=DRIVER, name=name, pod_uid=pod_uid,
+                                      env={"PYTHONPATH": str(HERE)},
+                                      wait_registered=wait_registered)
+
+    def shared(self) -> DrakitProcess:
+        if self._shared is None or not self._shared.alive():
+            if self._shared is not None:
+                self.node.forget_drakit(self._shared)
+            self._shared = self.start("drakit")
+        return self._shared
+
+    def stop_shared(self) -> None:
+        if self._shared is not None:
+            self._shared.stop()
+            self.node.forget_drakit(self._shared)
+            self._shared = None
+
+

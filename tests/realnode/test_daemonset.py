@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Drivers, record
 from node_helpers import (
     DRIVER,
     REPORT_END,
+    Drivers,
     allocated,
     apply_and_wait_ready,
     attr,
@@ -31,6 +31,7 @@ from node_helpers import (
     new_namespace,
     pod,
     pod_claim,
+    record,
     request,
     wait_no_specs,
 )

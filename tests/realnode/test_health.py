@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import Drivers, record
 from healthplugin import DEVICE, POOL
 from node_helpers import (
     DRIVER,
+    Drivers,
     allocated,
     apply_and_wait_ready,
     attr,
@@ -18,6 +18,7 @@ from node_helpers import (
     new_namespace,
     pod,
     pod_claim,
+    record,
     request,
     wait_no_specs,
 )

@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import record
 from node_helpers import (
     DRIVER,
     apply_and_wait_ready,
     attr,
     claim_template,
     new_namespace,
+    record,
     request,
     wait_no_specs,
 )

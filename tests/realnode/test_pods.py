@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import Veth, record
 from node_helpers import (
     DRIVER,
     REPORT_END,
+    Veth,
     allocated,
     apply_and_wait_ready,
     attr,
@@ -23,6 +23,7 @@ from node_helpers import (
     new_namespace,
     pod,
     pod_claim,
+    record,
     request,
     spec_claim_uids,
     wait_no_specs,

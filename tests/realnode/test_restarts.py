@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import Drivers, record
 from node_helpers import (
+    Drivers,
     allocated,
     apply_and_wait_ready,
     attr,
@@ -21,6 +21,7 @@ from node_helpers import (
     new_namespace,
     pod,
     pod_claim,
+    record,
     request,
     spec_claim_uids,
     wait_no_specs,
