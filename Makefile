@@ -22,7 +22,8 @@ run: install
 ## With Go installed, the real Kubernetes binaries of the real-server tier (tests/real) are
 ## built once by scripts/build-k8s.sh (~30 min cold on 2 cores, progress on stderr; cached under
 ## ~/.cache/drakit); without Go that tier skips and says why.
-K8S_COMPONENTS ?= kube-apiserver etcd kubectl kube-scheduler kube-controller-manager
+K8S_COMPONENTS ?= kube-apiserver etcd kubectl kube-scheduler kube-controller-manager \
+                  kubelet containerd cni
 test: install k8s-bin
 	$(PY) -m pytest -q -ra
 

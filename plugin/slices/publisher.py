@@ -26,8 +26,13 @@ published, and writes only the difference. The semantics follow the Go
   matter); a step ends when all its requests have ended, and the first failure (in slice
   order) is what the step raises. Slices of pools that no longer exist are deleted; slices
   of a pool that was skipped because its own fields are invalid are left alone.
-* Ownership: an owner reference to the Node (``controller: true``; the Node UID is looked
-  up once when not given) so the garbage collector removes the slices with the Node.
+* Ownership: an owner reference to the Node (``controller: true``) so the garbage collector
+  removes the slices with the Node. The Node's UID is kept by :class:`~plugin.slices.owner.
+  NodeOwner` and read again when one of our slices was deleted by someone else (seen by the
+  watch, or missing from a listing) and at every sync while the Node answers 404 (slices are
+  then written without an owner reference, never with a gone one). Re-creating slices that
+  someone else deleted waits :class:`~plugin.slices.owner.RecreateBackoff` (``watch_delay``,
+  doubling per round up to ``resync_period``).
 * Errors: retryable API errors (429 honouring Retry-After, 5xx, connection errors) are
   retried per call with exponential backoff and jitter; a 409 (or an object gone between
   list and update) re-lists and plans again; both are bounded per call of :meth:`sync`.
@@ -99,6 +104,7 @@ from plugin.resourceapi import (
 from plugin.slices.compare import carry_time_added, content_key, differing_fields
 from plugin.slices.convert import api_version
 from plugin.slices.formats import is_label_value
+from plugin.slices.owner import NodeOwner, RecreateBackoff
 from plugin.slices.plan import plan_pool
 from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
 from plugin.slices.split import split_pool
@@ -292,7 +298,8 @@ class SlicePublisher:
         self.driver = driver_name
         self.node = node_name
         self.strict = strict
-        self._node_uid = node_uid
+        self._owner = NodeOwner(node_name, self._fetch_node_uid, uid=node_uid)
+        self._recreate = RecreateBackoff(watch_delay, resync_period, 2 * resync_period)
         self._resync_period = resync_period
         self._watch_delay = watch_delay
         self._watch_timeout = max(1, watch_timeout)
@@ -331,6 +338,7 @@ class SlicePublisher:
         self._warned_echo: set[str] = set()
         self._own_rvs: deque[str] = deque(maxlen=4096)
         self._own_deleted: deque[str] = deque(maxlen=4096)
+        self._known: set[str] = set()      # our slices on the server after the last sync
         self._writes_in_flight = 0
         self._pending_at: float | None = None
         self._verify_at = float("inf")
@@ -525,19 +533,8 @@ class SlicePublisher:
         if self._stopping.wait(seconds):
             raise PublishError(["stopped while waiting to retry"])
 
-    def _owner_reference(self) -> dict[str, Any] | None:
-        if self._node_uid is None:
-            try:
-                self._node_uid = self._call(lambda: self.api.get_node_uid(self.node),
-                                            f"GET node {self.node}")
-            except Exception as exc:
-                if classify(exc) is not ErrorKind.NOT_FOUND:
-                    raise
-                log.warning("node %s not found; publishing ResourceSlices without an owner "
-                            "reference for now", self.node)
-                return None
-        return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self._node_uid,
-                "controller": True}
+    def _fetch_node_uid(self) -> str:
+        return self._call(lambda: self.api.get_node_uid(self.node), f"GET node {self.node}")
 
     def _scopes(self, desired: _Desired) -> list[_Scope]:
         """The scopes to list and watch: this node's slices always; the slices without
@@ -573,11 +570,22 @@ class SlicePublisher:
 
     def _sync_once(self, desired: _Desired, counts: _Counts,
                    listed: list[dict[str, Any]]) -> None:
-        owner = self._owner_reference()
+        lookups = self._owner.lookups
+        owner = self._owner.reference()
+        read_now = self._owner.lookups != lookups
         self._server_keys_prev, self._server_keys = self._server_keys, {}
         existing: dict[str, list[dict[str, Any]]] = {}
+        seen: set[str] = set()
         for obj in listed:
+            seen.add(obj["metadata"]["name"])
             existing.setdefault(obj["spec"]["pool"]["name"], []).append(obj)
+        with self._cond:
+            gone = self._known - seen - set(self._own_deleted)
+            self._known = seen
+        if gone and not read_now:
+            # deleted by someone else (the garbage collector, when our owner is gone)
+            self._owner.invalidate(f"ResourceSlice {min(gone)} deleted by someone else")
+            owner = self._owner.reference()
         failures: list[str] = []
         if self._echo:
             keys = {k for pool in desired.specs for k in desired.keys(pool)}
@@ -765,6 +773,8 @@ class SlicePublisher:
             answer = self._write(lambda: self.api.create_slice(obj), "create ResourceSlice")
             assert answer is not None
             self._remember_write(spec, answer)
+            with self._cond:
+                self._known.add(str(answer.get("metadata", {}).get("name", "")))
         self._count("create", pool, counts)
 
     def _update(self, existing: dict[str, Any], spec: dict[str, Any],
@@ -962,7 +972,15 @@ class SlicePublisher:
                 self._view.stored(event.object)
         if own:
             return
-        delay = self._watch_delay + self._watch_rngs[scope.name]() * self._recovery_spread
+        delay = self._watch_delay
+        if event.type == "DELETED":
+            # deleted by someone else: the garbage collector does that when the Node our
+            # slices name as owner is gone, so read its UID again and back off re-creating
+            self._owner.invalidate(
+                f"ResourceSlice {event.object.get('metadata', {}).get('name')} deleted by "
+                "someone else")
+            delay = self._recreate.delay()
+        delay += self._watch_rngs[scope.name]() * self._recovery_spread
         log.info("ResourceSlice %s %s by someone else; resync in %.1fs",
                  event.object.get("metadata", {}).get("name"), event.type.lower(), delay)
         self._schedule(delay)
