@@ -34,8 +34,11 @@ published, and writes only the difference. The semantics follow the Go
   someone else deleted waits :class:`~plugin.slices.owner.RecreateBackoff` (``watch_delay``,
   doubling per round up to ``resync_period``).
 * Errors: retryable API errors (429 honouring Retry-After, 5xx, connection errors) are
-  retried per call with exponential backoff and jitter; a 409 (or an object gone between
-  list and update) re-lists and plans again; both are bounded per call of :meth:`sync`.
+  retried per call with exponential backoff and jitter; a Retry-After also holds back
+  every later call of the publisher until it has passed (including the next sync's LIST,
+  which a resync asked for meanwhile would otherwise send at once); a 409 (or an object
+  gone between list and update) re-lists and plans again; both are bounded per call of
+  :meth:`sync`.
   Whatever still fails is raised as :class:`PublishError` and retried by the background
   loop after a backoff that never goes below ``min_retry_delay`` (nothing hot-loops).
 * Server-side rewrites: if the server answers a write with different content (fields
@@ -341,6 +344,8 @@ class SlicePublisher:
         self._known: set[str] = set()      # our slices on the server after the last sync
         self._writes_in_flight = 0
         self._pending_at: float | None = None
+        # time.monotonic() before which no call is sent: the last Retry-After (see _call)
+        self._throttled_until = 0.0
         self._verify_at = float("inf")
         # the local view, and per scope: whether it is current (listed, its watch not
         # expired), the resourceVersion to watch from, the open watch and when it last
@@ -527,7 +532,28 @@ class SlicePublisher:
     # ------------------------------------------------------------------ sync
 
     def _call(self, fn: Callable[[], T], what: str) -> T:
-        return call_with_retries(fn, self._backoff, sleep=self._sleep, rng=self._rng, what=what)
+        """``fn`` with the retry policy; first waits out the Retry-After of the last 429/503
+        any call of this publisher got, so a new call (the next sync's LIST, a parallel
+        write) never reaches the server sooner than a retry of the throttled one would."""
+        with self._cond:
+            left = self._throttled_until - time.monotonic()
+        if left > 0:
+            log.info("%s waits %.2fs for the API server's Retry-After", what, left)
+            self._sleep(left)
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except Exception as exc:
+                after = retry_after_seconds(exc)
+                if after is not None:
+                    until = time.monotonic() + min(after, self._backoff.max_retry_after)
+                    with self._cond:
+                        self._throttled_until = max(self._throttled_until, until)
+                raise
+
+        return call_with_retries(attempt, self._backoff, sleep=self._sleep, rng=self._rng,
+                                 what=what)
 
     def _interruptible_sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):

@@ -303,7 +303,7 @@ class APIRequestHandler(BaseHTTPRequestHandler):
             "verb": method.lower(), "resource": "", "subresource": "", "namespace": "",
             "name": "", "api_group": "", "api_version": "",
             "user_agent": self.headers.get("User-Agent", ""), "status_code": 0,
-            "method": method, "path": url.path,
+            "method": method, "path": url.path, "query": url.query,
             "field_manager": _param(query, "fieldManager"),
             "content_type": (self.headers.get("Content-Type") or "").split(";")[0].strip(),
             "received_at": time.monotonic(),

@@ -43,6 +43,8 @@ class RequestRecord:
     fault: bool = False
     received_at: float = 0.0
     """``time.monotonic()`` when the request arrived (gaps between retries, Retry-After)."""
+    query: str = ""
+    """The query string as sent (``fieldSelector=...&labelSelector=...``), without ``?``."""
 
     @property
     def full_resource(self) -> str:

@@ -17,8 +17,9 @@ from typing import Any
 from slices_helpers import DRIVER, NODE, wait_for
 
 from discovery.model import Device, Pool
+from plugin.retry import Backoff
 from plugin.slices.publisher import SlicePublisher
-from plugin.testing.apiserver import EmbeddedAPIServer
+from plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
 
 MakePublisher = Callable[..., SlicePublisher]
 REPO = Path(__file__).resolve().parents[2]
@@ -207,3 +208,30 @@ def test_two_agent_processes_restore_a_mass_deletion_seconds_apart(
         for proc in procs:
             proc.kill()
             proc.wait(10)
+
+
+def test_retry_after_holds_back_the_next_sync(server: EmbeddedAPIServer,
+                                              make_publisher: MakePublisher) -> None:
+    """A sync that ends on a 429 (its attempts used up) while a resync is already asked
+    for (a trigger, a foreign change) must not start the next one before the server's
+    Retry-After has passed: no slice request but the watch comes sooner after that 429."""
+    retry_after = 1
+    pub = make_publisher(server, sleep=None, resync_period=3600, watch_delay=0.05,
+                         backoff=Backoff(initial=0.01, max_delay=0.05, attempts=2))
+    pub.publish([pool(1)], wait=False)
+    pub.start()
+    wait_for(lambda: pub.stats.published_once and pub.watching, what="publish and watch")
+    server.clear_requests()
+    server.set_faults(FaultPlan(throttle_rate=1.0, retry_after_seconds=retry_after,
+                                max_faults=2, verbs=frozenset({"update"})))
+    pub.publish([pool(2)], wait=False)
+    wait_for(lambda: server.faults_injected >= 1, what="the first 429")
+    pub.trigger()  # asked for while the failing sync waits out the Retry-After
+    wait_for(lambda: len(slices(server)[0]["spec"]["devices"]) == 2, 20, "the new state")
+    records = [r for r in server.requests(resource="resourceslices") if r.verb != "watch"]
+    assert [r.status_code for r in records if r.verb == "update"][:2] == [429, 429]
+    last_429 = max(i for i, r in enumerate(records) if r.status_code == 429)
+    after = records[last_429 + 1:]
+    assert after, "no request after the last 429"
+    gap = after[0].received_at - records[last_429].received_at
+    assert gap >= retry_after, (gap, [(r.verb, r.status_code, r.query) for r in after])
