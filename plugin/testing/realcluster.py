@@ -278,26 +278,34 @@ _KIND_PATHS: dict[str, tuple[str, str, bool]] = {
 }
 
 
-class _Proc:
-    """A child process with its log file."""
+class ChildProcess:
+    """A child process in its own session (its own process group), output appended to
+    ``log_path``; ``stop`` sends SIGTERM and SIGKILLs after ``timeout`` seconds."""
 
-    def __init__(self, name: str, cmd: list[str], log_path: Path) -> None:
+    def __init__(self, name: str, cmd: list[str], log_path: Path,
+                 env: Mapping[str, str] | None = None) -> None:
         self.name = name
+        self.cmd = cmd
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          env=dict(env) if env is not None else None)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
 
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def tail(self, lines: int = 25) -> str:
+    def tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 15.0) -> None:
         if self.popen.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -305,9 +313,15 @@ class _Proc:
         try:
             self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL (no clean-up by the process)."""
+        if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.popen.kill()
-            self.popen.wait(5)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
 
 
 class RealAPIServer:
@@ -354,10 +368,10 @@ class RealAPIServer:
         self.admin_token = uuid.uuid4().hex
         self.nobody_token = uuid.uuid4().hex
         self.port = 0
-        self._etcd: _Proc | None = None
-        self._apiserver: _Proc | None = None
-        self._scheduler: _Proc | None = None
-        self._controller_manager: _Proc | None = None
+        self._etcd: ChildProcess | None = None
+        self._apiserver: ChildProcess | None = None
+        self._scheduler: ChildProcess | None = None
+        self._controller_manager: ChildProcess | None = None
         self._kubeconfigs: dict[str | None, Path] = {}
         self._ssl: ssl.SSLContext | None = None
         self._pki: dict[str, Path] = {}
@@ -402,7 +416,7 @@ class RealAPIServer:
                    "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                    "--initial-cluster", f"drakit=http://127.0.0.1:{peer}",
                    "--log-level", "warn", "--quota-backend-bytes", str(1 << 30)]
-            self._etcd = _Proc("etcd", cmd, self.workdir / "etcd.log")
+            self._etcd = ChildProcess("etcd", cmd, self.workdir / "etcd.log")
             self.etcd_url = f"http://127.0.0.1:{client}"
             if self._wait_http(f"{self.etcd_url}/health", self._etcd, deadline, tls=False):
                 return
@@ -438,7 +452,8 @@ class RealAPIServer:
                 "--profiling=false",
                 *self.extra_args,
             ]
-            self._apiserver = _Proc("kube-apiserver", cmd, self.workdir / "kube-apiserver.log")
+            self._apiserver = ChildProcess("kube-apiserver", cmd,
+                                           self.workdir / "kube-apiserver.log")
             if self._wait_http(f"{self.url}/readyz", self._apiserver, deadline, tls=True):
                 return
             if time.monotonic() >= deadline:
@@ -449,7 +464,7 @@ class RealAPIServer:
         tail = self._apiserver.tail() if self._apiserver else ""
         raise RealClusterError(f"kube-apiserver did not become ready:\n{tail}")
 
-    def _wait_http(self, url: str, proc: _Proc, deadline: float, *, tls: bool) -> bool:
+    def _wait_http(self, url: str, proc: ChildProcess, deadline: float, *, tls: bool) -> bool:
         """Poll ``url`` until 200 (True), the process exits or the deadline passes (False)."""
         while time.monotonic() < deadline:
             if not proc.alive():
@@ -916,7 +931,7 @@ class RealAPIServer:
             self._controller_manager.stop()
             self._controller_manager = None
 
-    def _start_component(self, name: str, args: list[str], timeout: float) -> _Proc:
+    def _start_component(self, name: str, args: list[str], timeout: float) -> ChildProcess:
         """Start kube-scheduler or kube-controller-manager as the admin and wait for its
         /healthz (on a free loopback port, self-signed serving certificate)."""
         binary = self.bin_dir / name
@@ -932,7 +947,7 @@ class RealAPIServer:
                "--bind-address", "127.0.0.1", "--secure-port", str(port),
                "--cert-dir", str(self.workdir / f"{name}-certs"),
                "--leader-elect=false", "--feature-gates", gates, *args]
-        proc = _Proc(name, cmd, self.workdir / f"{name}.log")
+        proc = ChildProcess(name, cmd, self.workdir / f"{name}.log")
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE

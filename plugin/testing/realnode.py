@@ -75,6 +75,7 @@ import yaml
 
 from plugin.testing.realcluster import (
     K8S_VERSION,
+    ChildProcess,
     RealAPIServer,
     RealClusterError,
     find_k8s_bin_dir,
@@ -211,49 +212,6 @@ def _run(cmd: Sequence[str], *, timeout: float = 120.0, cwd: Path | None = None,
     return r.stdout
 
 
-class _Proc:
-    """A child process in its own session with its log file."""
-
-    def __init__(self, name: str, cmd: list[str], log_path: Path,
-                 env: Mapping[str, str] | None = None) -> None:
-        self.name = name
-        self.cmd = cmd
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          env=dict(env) if env is not None else None)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL (no clean-up by the process)."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
 
 
 # ---------------------------------------------------------------------------- host state
@@ -506,9 +464,9 @@ class RealNode:
         self.host = HostState(self.workdir)
         self.timings: dict[str, float] = {}
         """Seconds measured during start (``containerd``, ``images``, ``kubelet_ready``)."""
-        self._containerd: _Proc | None = None
-        self._kubelet: _Proc | None = None
-        self._kcm: _Proc | None = None
+        self._containerd: ChildProcess | None = None
+        self._kubelet: ChildProcess | None = None
+        self._kcm: ChildProcess | None = None
         self._started = False
         self._drakits: list[DrakitProcess] = []
 
@@ -655,7 +613,7 @@ state = "{d / 'state'}"
                         {"type": "loopback"}]}))
         (d / "config.toml").write_text(self._containerd_config())
         env = {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}"}
-        self._containerd = _Proc("containerd", [str(self.bin_dir / "containerd"), "--config",
+        self._containerd = ChildProcess("containerd", [str(self.bin_dir / "containerd"), "--config",
                                                 str(d / "config.toml")],
                                  self.workdir / "containerd.log", env=env)
         while time.monotonic() < deadline:
@@ -725,7 +683,7 @@ state = "{d / 'state'}"
                "--service-account-private-key-file", str(pki / "sa.key"),
                "--root-ca-file", str(self.cp.ca_file),
                "--use-service-account-credentials=false"]
-        self._kcm = _Proc("kube-controller-manager", cmd,
+        self._kcm = ChildProcess("kube-controller-manager", cmd,
                           self.workdir / "kube-controller-manager.log")
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -809,7 +767,7 @@ state = "{d / 'state'}"
                "--root-dir", str(self.root_dir), "--cert-dir", str(self.root_dir / "pki"),
                "--hostname-override", self.node_name, "--node-ip", self.node_ip, "--v", "2"]
         env = {**os.environ, "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}"}
-        self._kubelet = _Proc("kubelet", cmd, self.workdir / "kubelet.log", env=env)
+        self._kubelet = ChildProcess("kubelet", cmd, self.workdir / "kubelet.log", env=env)
 
     def stop_kubelet(self) -> None:
         """Stop the kubelet (SIGTERM); containers keep running in containerd."""
@@ -973,7 +931,7 @@ class DrakitProcess:
         self.args = list(args)
         self.env = dict(env or {})
         self.log_path = node.workdir / f"{name}.log"
-        self._proc: _Proc | None = None
+        self._proc: ChildProcess | None = None
 
     def command(self) -> list[str]:
         self.port = _free_port()
@@ -992,7 +950,7 @@ class DrakitProcess:
 
     def start(self) -> None:
         env = {**os.environ, **self.env}
-        self._proc = _Proc(self.name, self.command(), self.log_path, env=env)
+        self._proc = ChildProcess(self.name, self.command(), self.log_path, env=env)
 
     @property
     def pid(self) -> int:
