@@ -45,6 +45,9 @@ class RequestRecord:
     """``time.monotonic()`` when the request arrived (gaps between retries, Retry-After)."""
     query: str = ""
     """The query string as sent (``fieldSelector=...&labelSelector=...``), without ``?``."""
+    user: str = ""
+    """The authenticated user name where the server knows it (the real kube-apiserver's
+    audit log; ``""`` on the embedded server)."""
 
     @property
     def full_resource(self) -> str:

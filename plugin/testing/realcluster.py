@@ -54,7 +54,6 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -70,6 +69,7 @@ from plugin.slices.convert import (
 )
 from plugin.testing.apiserver import AllocatedDevice
 from plugin.testing.apiserver_errors import ApiError
+from plugin.testing.apiserver_log import RequestRecord
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -78,11 +78,11 @@ __all__ = [
     "ALL_RESOURCE_VERSIONS",
     "DRA_FEATURE_GATES",
     "K8S_VERSION",
-    "AuditRecord",
     "RealAPIServer",
     "RealClusterError",
     "build_k8s_binaries",
     "find_k8s_bin_dir",
+    "record_from_audit_event",
     "start_real_apiserver",
 ]
 
@@ -213,45 +213,25 @@ rules:
 """
 
 
-@dataclass(frozen=True)
-class AuditRecord:
-    """One request as the real server's audit log saw it (stage ResponseComplete)."""
+def record_from_audit_event(event: Mapping[str, Any]) -> RequestRecord:
+    """One request as the real server's audit log saw it (stage ResponseComplete), in the
+    embedded server's :class:`RequestRecord` shape (``method`` is not logged: ``""``)."""
+    ref = event.get("objectRef") or {}
+    return RequestRecord(
+        verb=event.get("verb", ""),
+        resource=ref.get("resource", ""),
+        subresource=ref.get("subresource", ""),
+        namespace=ref.get("namespace", ""),
+        name=ref.get("name", ""),
+        api_group=ref.get("apiGroup", ""),
+        api_version=ref.get("apiVersion", ""),
+        user_agent=event.get("userAgent", ""),
+        status_code=int((event.get("responseStatus") or {}).get("code", 0)),
+        method="",
+        path=event.get("requestURI", ""),
+        user=(event.get("user") or {}).get("username", ""),
+    )
 
-    verb: str
-    resource: str
-    subresource: str
-    namespace: str
-    name: str
-    api_group: str
-    api_version: str
-    status_code: int
-    user: str
-    user_agent: str
-    path: str
-
-    @property
-    def full_resource(self) -> str:
-        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
-
-    @staticmethod
-    def from_event(event: Mapping[str, Any]) -> AuditRecord:
-        ref = event.get("objectRef") or {}
-        return AuditRecord(
-            verb=event.get("verb", ""),
-            resource=ref.get("resource", ""),
-            subresource=ref.get("subresource", ""),
-            namespace=ref.get("namespace", ""),
-            name=ref.get("name", ""),
-            api_group=ref.get("apiGroup", ""),
-            api_version=ref.get("apiVersion", ""),
-            status_code=int((event.get("responseStatus") or {}).get("code", 0)),
-            user=(event.get("user") or {}).get("username", ""),
-            user_agent=event.get("userAgent", ""),
-            path=event.get("requestURI", ""),
-        )
-
-
-_WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 _CORE = {"nodes": False, "namespaces": False, "pods": True, "serviceaccounts": True}
 _RESOURCE_K8S = {"resourceslices": False, "deviceclasses": False, "resourceclaims": True,
@@ -967,7 +947,7 @@ class RealAPIServer:
 
     # ------------------------------------------------------------------ audit log
 
-    def audit_records(self, timeout: float = 5.0) -> list[AuditRecord]:
+    def audit_records(self, timeout: float = 5.0) -> list[RequestRecord]:
         """Every request since the last :meth:`clear_requests`, oldest first (audit stage
         ResponseComplete). The server logs a request just after answering it, so this first
         sends a marker request and reads until the marker is logged (at most ``timeout``
@@ -976,7 +956,7 @@ class RealAPIServer:
         self.request("GET", marker)
         deadline = time.monotonic() + timeout
         while True:
-            out: list[AuditRecord] = []
+            out: list[RequestRecord] = []
             seen = False
             with contextlib.suppress(FileNotFoundError), \
                     open(self.workdir / "audit.log", "rb") as f:
@@ -985,7 +965,7 @@ class RealAPIServer:
                     if not line.endswith(b"\n"):
                         break
                     with contextlib.suppress(ValueError):
-                        record = AuditRecord.from_event(json.loads(line))
+                        record = record_from_audit_event(json.loads(line))
                         if "drakit-audit-marker=" in record.path:
                             seen = seen or record.path == marker
                             continue
@@ -1000,7 +980,7 @@ class RealAPIServer:
             self._audit_offset = (self.workdir / "audit.log").stat().st_size
 
     def requests(self, *, verb: str | None = None, resource: str | None = None,
-                 user: str | None = None) -> list[AuditRecord]:
+                 user: str | None = None) -> list[RequestRecord]:
         """Logged requests, optionally of one RBAC ``verb``, ``resource`` (``resourceclaims``
         matches its subresources too, ``resourceclaims/status`` only that) and ``user``."""
         return [r for r in self.audit_records()
@@ -1013,7 +993,7 @@ class RealAPIServer:
         """Write requests per resource (``{"resourceslices": 2, ...}``), optionally of one
         user, as the embedded server's ``write_counts``."""
         return Counter(r.full_resource for r in self.requests(user=user)
-                       if r.verb in _WRITE_VERBS
+                       if r.is_write
                        and (not successful_only or 200 <= r.status_code < 300))
 
 
