@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -139,3 +141,15 @@ def wait_until(cond: Any, timeout: float, what: str, interval: float = 0.005) ->
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
         time.sleep(interval)
+
+
+def terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM an agent process and wait up to 10 s, then SIGKILL (None: nothing to do)."""
+    if proc is None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.claims import ClaimBench
-from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail
+from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail, terminate
 from plugin.testing.apiserver import EmbeddedAPIServer
 from plugin.testing.fake_kubelet import FakeKubelet
 
@@ -150,13 +149,7 @@ def go_agent(cfg: BenchConfig, binary: Path, *, devices: int, write_status: bool
         yield GoAgent(ClaimBench(kubelet, api, GO_DRIVER), proc.pid, cdi, root)
     finally:
         try:
-            if proc is not None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            terminate(proc)
         finally:
             kubelet.stop()
             api.stop()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.claims import ClaimBench, latency_ms, latency_results, throughput
-from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail
+from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail, terminate
 from bench.figures import Result
 from plugin.testing.apiserver import EmbeddedAPIServer
 from plugin.testing.fake_kubelet import FakeKubelet
@@ -109,13 +108,7 @@ def pydra_agent(cfg: BenchConfig, target: Path) -> Iterator[ClaimBench]:
         yield ClaimBench(kubelet, api, PYDRA_DRIVER)
     finally:
         try:
-            if proc is not None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            terminate(proc)
         finally:
             kubelet.stop()
             api.stop()
