@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -235,9 +236,25 @@ def test_image_registers_publishes_and_prepares_like_the_daemonset(
         # the sockets the kubelet dials are where the DaemonSet's paths say, on the host
         assert list(h.registrar_dir.glob(f"{h.driver_name}-*-reg.sock"))
         assert list(h.data_dir.glob("dra-*.sock"))
-        # the readiness probe, on the endpoint the DaemonSet configures
-        with urllib.request.urlopen(f"http://127.0.0.1:{h.http_port}/readyz", timeout=5) as r:
-            assert r.status == 200
+        # the readiness probe, on the endpoint the DaemonSet configures. The kubelet counts
+        # the registration before its NotifyRegistrationStatus reaches the plugin, and the
+        # slices are visible before the publisher records them, so /readyz may answer 503 for
+        # a moment after both: wait for it as the kubelet's probe would (CI saw 503 once).
+        answers: list[tuple[int, str]] = []
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{h.http_port}/readyz",
+                                            timeout=5) as r:
+                    answers.append((r.status, r.read().decode()))
+            except urllib.error.HTTPError as e:
+                answers.append((e.code, e.read().decode()))
+            return answers[-1][0] == 200
+
+        try:
+            h.wait_for(ready, 30, "/readyz to answer 200", interval=0.2)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; last answers: {answers[-3:]}") from None
         pool, device = h.devices()[0]
         claim = h.allocate("c1", [(pool, device)])
         uid = claim["metadata"]["uid"]
