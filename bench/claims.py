@@ -29,11 +29,11 @@ from bench.env import (
 )
 from bench.figures import Result
 from bench.stats import percentile, timed_ms
-from plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
-from plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from plugin.resourceapi import ResourceAPI
-from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-from plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+from drakit.plugin.testing.fake_kubelet import FakeKubelet
 
 ClaimRef = tuple[str, str, str]
 CALL_TIMEOUT = 30.0
@@ -188,7 +188,7 @@ def run_claims(cfg: BenchConfig) -> list[Result]:
             "Registration.GetInfo on the agent's registration socket (same gRPC server "
             "process, no work behind it): what any call costs before the plugin does anything")
         get_floor.notes.append(
-            "plugin.resourceapi.ResourceAPI.get_claim from the bench process against the "
+            "drakit.plugin.resourceapi.ResourceAPI.get_claim from the bench process against the "
             "embedded API server: the one API read every prepare makes")
         results += [floor, grpc_floor, get_floor, cpu]
         _floor_notes(results[0], floor, grpc_floor, get_floor)
@@ -265,7 +265,7 @@ def _floor_notes(p50: Result, floor: Result, grpc_floor: Result | None = None,
 
 def _loaded_rss(cfg: BenchConfig, h: object, bench: ClaimBench,
                 devices: Sequence[tuple[str, str]]) -> Result:
-    from plugin.testing.harness import DriverHarness
+    from drakit.plugin.testing.harness import DriverHarness
 
     assert isinstance(h, DriverHarness)
     claims = bench.claims("mem", devices)

@@ -1,6 +1,6 @@
 """Discovery figure: the built-in ``pci`` and ``net`` discoverers over a synthetic sysfs tree
 of 4,096 devices (2,048 PCI functions with one network interface each, 4 NUMA nodes), built
-with :class:`discovery.testing.SysfsBuilder`. Only ``discover()`` is timed (both plugins,
+with :class:`drakit.discovery.testing.SysfsBuilder`. Only ``discover()`` is timed (both plugins,
 fresh instances per repeat; building the tree is not timed)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from bench.env import DRIVER, NODE, BenchConfig
 from bench.figures import Result
-from discovery.builtin.net import NetDiscovery
-from discovery.builtin.pci import PciDiscovery
-from discovery.plugin import DiscoveryContext
-from discovery.testing import SysfsBuilder
+from drakit.discovery.builtin.net import NetDiscovery
+from drakit.discovery.builtin.pci import PciDiscovery
+from drakit.discovery.plugin import DiscoveryContext
+from drakit.discovery.testing import SysfsBuilder
 
 
 def build_tree(root: Path, functions: int) -> SysfsBuilder:

@@ -1,5 +1,5 @@
 """The bench's test bed: ``drakit run`` as a child process behind the fake kubelet and the
-embedded API server (:class:`plugin.testing.harness.DriverHarness` in subprocess mode), plus
+embedded API server (:class:`drakit.plugin.testing.harness.DriverHarness` in subprocess mode), plus
 process probes (RSS) and the fsync floor of the disk under test."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdi.atomic import atomic_write
-from plugin.config import Settings
-from plugin.testing.fake_kubelet import FakeKubelet
-from plugin.testing.harness import DriverHarness
+from drakit.cdi.atomic import atomic_write
+from drakit.plugin.config import Settings
+from drakit.plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.testing.harness import DriverHarness
 
 DRIVER = "bench.drakit.example.com"
 NODE = "bench-node"
@@ -115,7 +115,7 @@ def agent_pid(h: DriverHarness) -> int:
 
 
 def fsync_floor_ms(directory: Path, n: int) -> list[float]:
-    """Milliseconds per :func:`cdi.atomic.atomic_write` of a 1 KiB file in ``directory``
+    """Milliseconds per :func:`drakit.cdi.atomic.atomic_write` of a 1 KiB file in ``directory``
     (temp file, write, fsync, rename, fsync of the directory), ``n`` times."""
     out = []
     data = b"x" * 1024

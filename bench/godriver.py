@@ -27,8 +27,8 @@ from pathlib import Path
 
 from bench.claims import ClaimBench
 from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail, terminate
-from plugin.testing.apiserver import EmbeddedAPIServer
-from plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.fake_kubelet import FakeKubelet
 
 GO_SOURCE = Path(__file__).with_name("go")
 GO_DRIVER = "bench.go.example.com"

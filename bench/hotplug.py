@@ -13,7 +13,7 @@ import time
 
 from bench.env import BenchConfig, agent, wait_until
 from bench.figures import Result
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def _ip(*args: str) -> None:

@@ -16,7 +16,7 @@ import time
 from bench.env import BenchConfig, agent, example_options, wait_until
 from bench.figures import Result
 from bench.stats import percentile
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 RESYNC_SECONDS = 1.0
 #: Resync periods waited per sample: at least two verifications happen in it.

@@ -1,7 +1,7 @@
 """``python -m bench.scale`` (``make bench-scale``): the ResourceSlice publisher at cluster
-scale, against a real etcd + kube-apiserver 1.37 (:mod:`plugin.testing.realcluster`).
+scale, against a real etcd + kube-apiserver 1.37 (:mod:`drakit.plugin.testing.realcluster`).
 
-Simulated nodes are real :class:`~plugin.slices.publisher.SlicePublisher` objects with their
+Simulated nodes are real :class:`~drakit.plugin.slices.publisher.SlicePublisher` objects with their
 default settings (resync 30 s, watch timeout 300 s, idle bound 150 s, recovery spread
 20 s), many in this one process: each has its own node name (a Node object exists for its
 owner reference), its own ``ResourceAPI`` / ``ApiClient`` (own connections: one for the
@@ -56,11 +56,11 @@ from unittest import mock
 from kubernetes.client import ApiClient, ApiException, Configuration
 from prometheus_client.parser import text_string_to_metric_families
 
-from discovery.model import Device, Pool
-from plugin.resourceapi import ResourceAPI, SliceWatch, WatchEvent
-from plugin.slices.publisher import SlicePublisher
-from plugin.testing import realcluster
-from plugin.testing.realcluster import RealAPIServer, find_k8s_bin_dir
+from drakit.discovery.model import Device, Pool
+from drakit.plugin.resourceapi import ResourceAPI, SliceWatch, WatchEvent
+from drakit.plugin.slices.publisher import SlicePublisher
+from drakit.plugin.testing import realcluster
+from drakit.plugin.testing.realcluster import RealAPIServer, find_k8s_bin_dir
 
 log = logging.getLogger("bench.scale")
 T = TypeVar("T")

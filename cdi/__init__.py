@@ -10,8 +10,8 @@ Typical use (one file per claim)::
     store.remove(claim_uid)
 """
 
-from cdi.atomic import atomic_write, remove_durably
-from cdi.errors import (
+from drakit.cdi.atomic import atomic_write, remove_durably
+from drakit.cdi.errors import (
     CDIError,
     CDINameError,
     CDIVersionError,
@@ -20,8 +20,8 @@ from cdi.errors import (
     SpecConflictError,
     SpecValidationError,
 )
-from cdi.hostnodes import HostNodes
-from cdi.names import (
+from drakit.cdi.hostnodes import HostNodes
+from drakit.cdi.names import (
     claim_device_name,
     is_qualified_name,
     parse_kind,
@@ -32,10 +32,25 @@ from cdi.names import (
     validate_device_name,
     validate_vendor,
 )
-from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
-from cdi.store import DEFAULT_CDI_ROOT, DEFAULT_SPEC_DIRS, STATIC_CDI_ROOT, SpecStore
-from cdi.validate import load_spec, load_spec_file, spec_errors, spec_from_dict, validate_spec
-from cdi.version import (
+from drakit.cdi.spec import (
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Hook,
+    IntelRdt,
+    Mount,
+    NetDevice,
+    Spec,
+)
+from drakit.cdi.store import DEFAULT_CDI_ROOT, DEFAULT_SPEC_DIRS, STATIC_CDI_ROOT, SpecStore
+from drakit.cdi.validate import (
+    load_spec,
+    load_spec_file,
+    spec_errors,
+    spec_from_dict,
+    validate_spec,
+)
+from drakit.cdi.version import (
     CDI_VERSIONS,
     LATEST_VERSION,
     VersionRequirement,

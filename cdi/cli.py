@@ -6,7 +6,7 @@ names; files that fail validation and names defined in two files of one director
 marked. Exit 0.
 
 ``validate [--max-version V] FILE...``: decode each file strictly (JSON or YAML) and apply
-every rule of :mod:`cdi.validate`; prints ``FILE: OK …`` on stdout or one
+every rule of :mod:`drakit.cdi.validate`; prints ``FILE: OK …`` on stdout or one
 ``FILE: path: message`` line per problem on stderr. Exit 1 when any file is invalid.
 
 Exit status 2 for usage errors (argparse).
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from cdi.errors import CDIVersionError, SpecValidationError
-from cdi.store import DEFAULT_SPEC_DIRS, spec_files
-from cdi.validate import SPEC_FILE_EXTENSIONS, load_spec_file, spec_errors
-from cdi.version import CDI_VERSIONS
+from drakit.cdi.errors import CDIVersionError, SpecValidationError
+from drakit.cdi.store import DEFAULT_SPEC_DIRS, spec_files
+from drakit.cdi.validate import SPEC_FILE_EXTENSIONS, load_spec_file, spec_errors
+from drakit.cdi.version import CDI_VERSIONS
 
 
 def build_parser(prog: str = "drakit cdi") -> argparse.ArgumentParser:
@@ -153,7 +153,7 @@ def cdi_main(
 
 
 def main() -> None:  # pragma: no cover - thin wrapper
-    """Entry point for ``python -m cdi.cli``."""
+    """Entry point for ``python -m drakit.cdi.cli``."""
     sys.exit(cdi_main())
 
 

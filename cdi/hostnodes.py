@@ -18,8 +18,8 @@ import os
 import stat
 from pathlib import Path
 
-from cdi.errors import HostNodeError
-from cdi.spec import ContainerEdits, DeviceNode, Spec
+from drakit.cdi.errors import HostNodeError
+from drakit.cdi.spec import ContainerEdits, DeviceNode, Spec
 
 
 class HostNodes:

@@ -8,7 +8,7 @@ runtime (podman 4.3's CDI v0.5.2 up to CDI v1.1.0).
   (one character panics CDI libraries ≤ v1.1.0, PR #321).
 - class: starts with a lowercase letter, ends alphanumeric, ``[a-z0-9_-]`` in between,
   2-63 characters. A ``.`` in the class is accepted by the rule but forces cdiVersion
-  0.6.0 (see :mod:`cdi.version`), which older runtimes do not recognise at all.
+  0.6.0 (see :mod:`drakit.cdi.version`), which older runtimes do not recognise at all.
 - device name: ``[A-Za-z0-9]``, optionally ``[A-Za-z0-9_.-]*`` then ``[A-Za-z0-9]``;
   no ``/``, ``=`` or ``:``. A leading digit forces cdiVersion 0.5.0.
 - qualified device name: ``vendor/class=name`` (split at the first ``=``, then the left
@@ -20,7 +20,7 @@ bottom layer: ``discovery`` and ``plugin`` import it, never the reverse):
 - Kubernetes DNS label / subdomain formats (apimachinery ``IsDNS1123Label`` /
   ``IsDNS1123Subdomain``): :data:`DNS_LABEL_FMT`, :data:`DNS_SUBDOMAIN_FMT`;
 - the claim UID rule (:func:`claim_uid_error`), used by the kubelet-facing checks
-  (``plugin.names.check_claim_uid``) and by the CDI store alike.
+  (``drakit.plugin.names.check_claim_uid``) and by the CDI store alike.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from cdi.errors import CDINameError
+from drakit.cdi.errors import CDINameError
 
 DNS_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 """RFC 1123 label (apimachinery ``dns1123LabelFmt``); at most 63 bytes."""

@@ -3,7 +3,7 @@
 JSON keys are exactly the CDI spec's camelCase names; Python attributes are snake_case.
 Unknown keys are rejected (runtimes parse strictly: one unknown key rejects the whole file).
 Optional fields left unset are omitted on output, so a spec only declares what it uses; the
-minimum ``cdiVersion`` is computed from what is present (see :mod:`cdi.version`).
+minimum ``cdiVersion`` is computed from what is present (see :mod:`drakit.cdi.version`).
 """
 
 from __future__ import annotations

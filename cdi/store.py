@@ -2,13 +2,14 @@
 
 One file per claim: ``<root_dir>/<vendor>-<class>_<claimUID>.json`` (the CDI library's
 transient spec name, CDI fact sheet §3.7), JSON, mode 0644, written with
-:func:`cdi.atomic.atomic_write` (temp file ``.<name>.<random>.tmp`` in the same directory,
+:func:`drakit.cdi.atomic.atomic_write` (temp file ``.<name>.<random>.tmp`` in the same directory,
 fsync, rename, fsync of the directory), so a runtime never reads a partial file and its
 file watcher sees the rename.
 
 Before a file is written its spec is compacted, its device nodes filled from the host
-(:class:`cdi.hostnodes.HostNodes`), its cdiVersion computed and capped
-(:func:`cdi.version.resolve_version`) and every rule checked (:func:`cdi.validate.validate_spec`);
+(:class:`drakit.cdi.hostnodes.HostNodes`), its cdiVersion computed and capped
+(:func:`drakit.cdi.version.resolve_version`) and every rule checked
+(:func:`drakit.cdi.validate.validate_spec`);
 a qualified device name already defined by another file in the directory is refused
 (runtimes drop such a device entirely, CDI fact sheet §3.5). A spec with zero devices is
 never written: the claim's file is removed instead.
@@ -29,13 +30,13 @@ from typing import Any
 
 import yaml
 
-from cdi.atomic import atomic_write, remove_durably
-from cdi.errors import CDINameError, SpecConflictError
-from cdi.hostnodes import HostNodes
-from cdi.names import validate_claim_uid, validate_class, validate_vendor
-from cdi.spec import ContainerEdits, Device, Spec
-from cdi.validate import SPEC_FILE_EXTENSIONS, load_spec_file, validate_spec
-from cdi.version import resolve_version, version_key
+from drakit.cdi.atomic import atomic_write, remove_durably
+from drakit.cdi.errors import CDINameError, SpecConflictError
+from drakit.cdi.hostnodes import HostNodes
+from drakit.cdi.names import validate_claim_uid, validate_class, validate_vendor
+from drakit.cdi.spec import ContainerEdits, Device, Spec
+from drakit.cdi.validate import SPEC_FILE_EXTENSIONS, load_spec_file, validate_spec
+from drakit.cdi.version import resolve_version, version_key
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class SpecStore:
     ``max_version`` caps the cdiVersion (e.g. ``"0.5.0"`` for podman 4.3); None means no
     cap. ``host_root`` is where the host's ``/`` is visible for filling device nodes
     (None: never stat, nodes are written as given). Raises :class:`CDINameError` for bad
-    vendor/class and :class:`cdi.errors.CDIVersionError` for an unknown ``max_version``.
+    vendor/class and :class:`drakit.cdi.errors.CDIVersionError` for an unknown ``max_version``.
     """
 
     def __init__(
@@ -159,8 +160,9 @@ class SpecStore:
         """The spec that :meth:`write` would write: compacted, device nodes filled from
         the host, cdiVersion set to the minimum, validated.
 
-        Raises :class:`cdi.errors.SpecValidationError`, :class:`cdi.errors.CDIVersionError`
-        or :class:`cdi.errors.HostNodeError`.
+        Raises :class:`drakit.cdi.errors.SpecValidationError`,
+        :class:`drakit.cdi.errors.CDIVersionError`
+        or :class:`drakit.cdi.errors.HostNodeError`.
         """
         spec = Spec(
             kind=self.kind,
@@ -185,8 +187,8 @@ class SpecStore:
 
         With no devices the claim's file is removed and ``[]`` returned. On any error
         nothing is written and the old file (if any) is unchanged. Raises
-        :class:`CDINameError`, :class:`cdi.errors.SpecValidationError`,
-        :class:`cdi.errors.CDIVersionError`, :class:`cdi.errors.HostNodeError`,
+        :class:`CDINameError`, :class:`drakit.cdi.errors.SpecValidationError`,
+        :class:`drakit.cdi.errors.CDIVersionError`, :class:`drakit.cdi.errors.HostNodeError`,
         :class:`SpecConflictError` or ``OSError``.
         """
         path = self.path_for(claim_uid)

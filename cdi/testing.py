@@ -12,7 +12,7 @@ podman sees exactly the test's specs and nothing on the host changes, except tha
 
 Use from pytest::
 
-    from cdi.testing import podman_cdi  # noqa: F401  (session fixture; skips with a reason)
+    from drakit.cdi.testing import podman_cdi  # noqa: F401  (session fixture; skips with a reason)
 
     def test_x(podman_cdi, tmp_path):
         result = podman_cdi.run(tmp_path, ["example.com/gpu=gpu0"], "env")

@@ -2,7 +2,7 @@
 
 Rules (CDI fact sheet §2-§3; Go ``internal/validation`` and ``pkg/cdi`` of v0.5-v1.1):
 
-- ``kind`` is ``vendor/class`` under the name rules of :mod:`cdi.names`;
+- ``kind`` is ``vendor/class`` under the name rules of :mod:`drakit.cdi.names`;
 - at least one device; device names valid and unique in the file; every device has a
   non-empty ``containerEdits`` ("invalid device, empty device edits");
 - env entries ``NAME=value`` (an ``=`` not at position 0), also in hooks;
@@ -30,10 +30,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from cdi.errors import CDIVersionError, FieldError, SpecValidationError
-from cdi.names import annotations_errors, device_name_error, kind_error
-from cdi.spec import ContainerEdits, Spec
-from cdi.version import declared_version_errors, version_key
+from drakit.cdi.errors import CDIVersionError, FieldError, SpecValidationError
+from drakit.cdi.names import annotations_errors, device_name_error, kind_error
+from drakit.cdi.spec import ContainerEdits, Spec
+from drakit.cdi.version import declared_version_errors, version_key
 
 UINT32_MAX = 2**32 - 1
 INT64_MAX = 2**63 - 1

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cdi.errors import CDIVersionError
-from cdi.spec import ContainerEdits, Spec
+from drakit.cdi.errors import CDIVersionError
+from drakit.cdi.spec import ContainerEdits, Spec
 
 CDI_VERSIONS: tuple[str, ...] = (
     "0.3.0",

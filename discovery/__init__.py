@@ -3,20 +3,20 @@ plugin loading, name helpers, sysfs readers, the hot-plug monitor and test helpe
 
 A vendor needs only these names (see examples/drakit-example-vendor)::
 
-    from discovery import Device, DiscoveryPlugin, Pool, Sysfs, dns_label
+    from drakit.discovery import Device, DiscoveryPlugin, Pool, Sysfs, dns_label
 
 It knows nothing about gRPC or the kubelet (shared/design.md).
 """
 
-from discovery.hotplug import HotplugMonitor
-from discovery.loader import (
+from drakit.discovery.hotplug import HotplugMonitor
+from drakit.discovery.loader import (
     ENTRY_POINT_GROUP,
     PluginLoadError,
     available_plugins,
     load_plugin_class,
     load_plugins,
 )
-from discovery.model import (
+from drakit.discovery.model import (
     CapacityRequestPolicy,
     Counter,
     CounterSet,
@@ -30,7 +30,7 @@ from discovery.model import (
     ValidRange,
     version,
 )
-from discovery.names import (
+from drakit.discovery.names import (
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,
@@ -41,7 +41,7 @@ from discovery.names import (
     is_qualified_name,
     qualified_name,
 )
-from discovery.plugin import (
+from drakit.discovery.plugin import (
     ClaimRef,
     Condition,
     DeviceRequest,
@@ -54,8 +54,8 @@ from discovery.plugin import (
     env_name,
     parse_plugin_options,
 )
-from discovery.sysfs import Sysfs
-from discovery.testing import SysfsBuilder
+from drakit.discovery.sysfs import Sysfs
+from drakit.discovery.testing import SysfsBuilder
 
 __all__ = [
     "ENTRY_POINT_GROUP",

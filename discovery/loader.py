@@ -3,7 +3,7 @@
 A name is resolved in this order:
 
 1. ``module:Class`` (contains ``:``): the class is imported directly (local code);
-2. a built-in (``net``, ``pci``, ``example``; :data:`discovery.builtin.BUILTIN_PLUGINS`);
+2. a built-in (``net``, ``pci``, ``example``; :data:`drakit.discovery.builtin.BUILTIN_PLUGINS`);
 3. an entry point of the group ``drakit.discovery`` (``importlib.metadata``): the way an
    installed vendor package registers its plugin::
 
@@ -27,8 +27,8 @@ import re
 from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint, entry_points
 
-from discovery.builtin import BUILTIN_PLUGINS
-from discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from drakit.discovery.builtin import BUILTIN_PLUGINS
+from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
 
 ENTRY_POINT_GROUP = "drakit.discovery"
 """The entry point group vendor packages register their plugin classes under."""

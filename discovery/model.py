@@ -3,7 +3,7 @@
 Shapes mirror ``resource.k8s.io/v1`` (ResourceSlice ``spec.devices[]``, ``spec.sharedCounters``)
 so that every API rule can be checked on them before anything is sent. Models are lenient on
 purpose: a device that breaks an API rule can still be built, so the publisher can name the
-device and field that is wrong and leave only that device out (see ``plugin.slices``).
+device and field that is wrong and leave only that device out (see ``drakit.plugin.slices``).
 
 Fields that are never published (``device_nodes``, ``env``) carry node-local facts the default
 prepare hook turns into CDI container edits.
@@ -259,7 +259,7 @@ class Device(_APIModel):
     """One device of a pool (API ``Device`` in resource.k8s.io/v1, no ``basic`` wrapper).
 
     ``name`` must be a DNS label (≤ 63), unique in its pool and stable across restarts and
-    hot-plug (derive it from hardware identity, see :func:`discovery.names.dns_label`).
+    hot-plug (derive it from hardware identity, see :func:`drakit.discovery.names.dns_label`).
     Attribute and capacity keys are qualified names; keys without a domain are in the
     driver's domain. ``device_nodes`` and ``env`` are node-local and never published: the
     default prepare hook puts them into the claim's CDI spec.

@@ -21,7 +21,7 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable
 
-from cdi.names import DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT
+from drakit.cdi.names import DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT
 
 DNS_LABEL_MAX = 63
 """Maximum length of a DNS label (device names, counter set names), bytes."""

@@ -7,7 +7,7 @@ drakit routes each allocated device to the plugin whose inventory holds it and c
 versions, checkpoint, CDI files, ResourceSlices, claim status, health stream) is drakit's.
 
 Plugins are found through the entry point group ``drakit.discovery`` (name → class) or as
-``module:Class`` (see :mod:`discovery.loader`).
+``module:Class`` (see :mod:`drakit.discovery.loader`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cdi.spec import ContainerEdits, DeviceNode
-from discovery.model import Device, DeviceHealth, Pool
+from drakit.cdi.spec import ContainerEdits, DeviceNode
+from drakit.discovery.model import Device, DeviceHealth, Pool
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -44,7 +44,7 @@ def parse_plugin_options(model: type[ModelT], plugin: str, options: dict[str, An
     Unknown keys are errors even when ``model`` would ignore extras (a typo must not be
     silently dropped). Raises ``ValueError`` naming the config section and the field, e.g.
     ``discovery.net.naming: Input should be 'name' or 'mac'``; the loader turns it into a
-    :class:`~discovery.loader.PluginLoadError` for that plugin.
+    :class:`~drakit.discovery.loader.PluginLoadError` for that plugin.
     """
     unknown = sorted(set(options) - _accepted_keys(model))
     if unknown and model.model_config.get("extra") != "allow":

@@ -29,7 +29,7 @@ import os
 import shutil
 from pathlib import Path
 
-from discovery.sysfs import PCI_ADDRESS_RE
+from drakit.discovery.sysfs import PCI_ADDRESS_RE
 
 
 class SysfsBuilder:

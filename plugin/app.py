@@ -17,22 +17,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cdi.store import SpecStore
-from discovery.hotplug import HotplugMonitor
-from discovery.loader import load_plugins
-from discovery.plugin import DiscoveryContext, DiscoveryPlugin
-from plugin.activity import KubeletCalls
-from plugin.checkpoint import Checkpoint, CheckpointError
-from plugin.config import Settings
-from plugin.grpc.server import PluginServer
-from plugin.inventory import Inventory
-from plugin.metrics import Metrics, drop_kind
-from plugin.node import NodeLogic
-from plugin.orphans import NodePods, OrphanSweeper
-from plugin.resourceapi import ResourceAPI, describe
-from plugin.retry import CLAIM_READS, DEFAULT_CALL_SECONDS, Deadline, call_with_retries
-from plugin.slices.publisher import SlicePublisher
-from plugin.status import StatusWriter
+from drakit.cdi.store import SpecStore
+from drakit.discovery.hotplug import HotplugMonitor
+from drakit.discovery.loader import load_plugins
+from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from drakit.plugin.activity import KubeletCalls
+from drakit.plugin.checkpoint import Checkpoint, CheckpointError
+from drakit.plugin.config import Settings
+from drakit.plugin.grpc.server import PluginServer
+from drakit.plugin.inventory import Inventory
+from drakit.plugin.metrics import Metrics, drop_kind
+from drakit.plugin.node import NodeLogic
+from drakit.plugin.orphans import NodePods, OrphanSweeper
+from drakit.plugin.resourceapi import ResourceAPI, describe
+from drakit.plugin.retry import CLAIM_READS, DEFAULT_CALL_SECONDS, Deadline, call_with_retries
+from drakit.plugin.slices.publisher import SlicePublisher
+from drakit.plugin.status import StatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def kube_api_client(kubeconfig: str | None) -> Any:
 
 def discovery_plugins(s: Settings) -> list[DiscoveryPlugin]:
     """The discovery plugins ``s.discovery`` names, constructed with their options (which
-    they check). Raises :class:`discovery.loader.PluginLoadError` naming the plugin; needs no
+    they check). Raises :class:`drakit.discovery.loader.PluginLoadError` naming the plugin; needs no
     API server, so ``drakit run`` calls it before connecting."""
     return load_plugins(
         s.discovery,
@@ -97,8 +97,8 @@ class ClaimReadError(RuntimeError):
 
 class ClaimReader:
     """GET ResourceClaims through :class:`ResourceAPI` (None for 404; other failures raise
-    :class:`ClaimReadError`), retried by :data:`plugin.retry.CLAIM_READS` until ``deadline``
-    (monotonic seconds; default: :data:`plugin.retry.DEFAULT_CALL_SECONDS` from now), each
+    :class:`ClaimReadError`), retried by :data:`drakit.plugin.retry.CLAIM_READS` until ``deadline``
+    (monotonic seconds; default: :data:`drakit.plugin.retry.DEFAULT_CALL_SECONDS` from now), each
     attempt's HTTP timeout bounded by what is left."""
 
     def __init__(self, api: ResourceAPI, request_timeout: float = 30.0) -> None:
@@ -214,7 +214,7 @@ class App:
         self._threads: list[threading.Thread] = []
         self.http: Any = None
         if s.http_endpoint:
-            from plugin.http import HTTPEndpoint
+            from drakit.plugin.http import HTTPEndpoint
 
             # bound now, before any socket exists: a bad or busy endpoint fails start-up
             self.http = HTTPEndpoint(s.http_endpoint, self)

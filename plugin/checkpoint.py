@@ -14,7 +14,7 @@ A claim goes through ``PrepareStarted`` (recorded before any driver hook runs, w
 instance that runs it as ``owner``, so a crash can be rolled back) and ``PrepareCompleted``
 (recorded before the kubelet gets its answer). Unprepare works from the record alone (it
 holds the allocation results and the opaque configs) and leaves an ``unprepared`` mark for a
-while, so a stale prepare retry can be told from a real one (see :mod:`plugin.node`).
+while, so a stale prepare retry can be told from a real one (see :mod:`drakit.plugin.node`).
 
 A corrupt or unreadable file is never reset: every operation raises :class:`CheckpointError`
 naming the problem until the file is fixed.
@@ -43,10 +43,10 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cdi.atomic import atomic_write
-from plugin.canonical_json import CanonicalMapEncoder, canonical
-from plugin.jsontree import copy_model
-from plugin.names import UID
+from drakit.cdi.atomic import atomic_write
+from drakit.plugin.canonical_json import CanonicalMapEncoder, canonical
+from drakit.plugin.jsontree import copy_model
+from drakit.plugin.names import UID
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -111,7 +111,7 @@ class ClaimRecord(BaseModel):
     """One claim in the checkpoint.
 
     ``owner`` is the instance that recorded ``PrepareStarted`` (see :attr:`Checkpoint.owner`);
-    ``fingerprint`` identifies the allocation (:func:`plugin.node.allocation_fingerprint`);
+    ``fingerprint`` identifies the allocation (:func:`drakit.plugin.node.allocation_fingerprint`);
     ``configs`` are the claim's opaque configs for this driver
     (``status.allocation.devices.config`` entries, class configs first).
     """

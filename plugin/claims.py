@@ -1,6 +1,6 @@
 """Reading a ResourceClaim: the allocation results and opaque configs meant for our driver.
 
-Claims arrive as resource.k8s.io/v1 JSON dicts (``plugin.resourceapi`` converts older API
+Claims arrive as resource.k8s.io/v1 JSON dicts (``drakit.plugin.resourceapi`` converts older API
 versions). Field paths in errors are the API's (``status.allocation.devices.results[2]``).
 """
 
@@ -11,8 +11,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from discovery.plugin import ClaimRef
-from plugin.names import InvalidNameError, check_claim_uid, check_device_name, check_pool_name
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.names import (
+    InvalidNameError,
+    check_claim_uid,
+    check_device_name,
+    check_pool_name,
+)
 
 
 class ClaimError(Exception):
@@ -134,7 +139,7 @@ def allocated_devices(claim: dict[str, Any], driver: str) -> list[AllocatedDevic
         if share is not None and not isinstance(share, str):
             raise ClaimError(f"{path}.shareID: must be a string")
         # pool, device and shareID end up in CDI device names and the checkpoint: check
-        # them like the API does before they go anywhere (plugin.names)
+        # them like the API does before they go anywhere (drakit.plugin.names)
         try:
             check_pool_name(r["pool"], f"{path}.pool")
             check_device_name(r["device"], f"{path}.device")

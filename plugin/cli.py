@@ -23,14 +23,14 @@ log = logging.getLogger("drakit")
 
 
 def _run(argv: Sequence[str]) -> int:
-    from plugin.malloc import limit_malloc_arenas
+    from drakit.plugin.malloc import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts; see plugin/malloc.py
-    from plugin.kubeimport import lean_kubernetes
+    from drakit.plugin.kubeimport import lean_kubernetes
 
     lean_kubernetes()  # before anything imports kubernetes; see plugin/kubeimport.py
-    from plugin.config import add_run_arguments, settings_from_args
-    from plugin.logs import setup_logging
+    from drakit.plugin.config import add_run_arguments, settings_from_args
+    from drakit.plugin.logs import setup_logging
 
     parser = argparse.ArgumentParser(
         prog="drakit run",
@@ -49,8 +49,8 @@ def _run(argv: Sequence[str]) -> int:
     except ValueError as e:
         parser.error(str(e))
     setup_logging(settings.log_format, settings.verbosity, settings.driver_name)
-    from discovery.loader import PluginLoadError
-    from plugin.app import App, discovery_plugins
+    from drakit.discovery.loader import PluginLoadError
+    from drakit.plugin.app import App, discovery_plugins
 
     try:
         plugins = discovery_plugins(settings)
@@ -70,7 +70,7 @@ def _run(argv: Sequence[str]) -> int:
     try:
         app = App(settings, plugins=plugins)
         app.start()
-        from plugin.malloc import freeze_startup_objects
+        from drakit.plugin.malloc import freeze_startup_objects
 
         frozen = freeze_startup_objects()
         log.debug("%d start-up objects moved out of the garbage collector's reach", frozen)
@@ -90,17 +90,17 @@ def _run(argv: Sequence[str]) -> int:
 
 
 def _expected_start_errors() -> tuple[type[BaseException], ...]:
-    from discovery.loader import PluginLoadError
-    from plugin.app import KubeConfigError
-    from plugin.grpc.sockets import SocketInUseError
+    from drakit.discovery.loader import PluginLoadError
+    from drakit.plugin.app import KubeConfigError
+    from drakit.plugin.grpc.sockets import SocketInUseError
 
     return (OSError, ValueError, PluginLoadError, SocketInUseError, KubeConfigError)
 
 
 def _cleanup(argv: Sequence[str]) -> int:
-    from plugin.app import kube_api_client
-    from plugin.resourceapi import ResourceAPI
-    from plugin.slices.publisher import cleanup_slices
+    from drakit.plugin.app import kube_api_client
+    from drakit.plugin.resourceapi import ResourceAPI
+    from drakit.plugin.slices.publisher import cleanup_slices
 
     parser = argparse.ArgumentParser(
         prog="drakit cleanup", description="Delete a driver's ResourceSlices of one node.",
@@ -113,7 +113,7 @@ def _cleanup(argv: Sequence[str]) -> int:
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                         help="kubeconfig; in-cluster config when unset [KUBECONFIG]")
     ns = parser.parse_args(argv)
-    from plugin.names import InvalidNameError, check_driver_name
+    from drakit.plugin.names import InvalidNameError, check_driver_name
 
     if not ns.driver_name or not ns.node_name:
         parser.error("--driver-name and --node-name are required (or DRIVER_NAME, NODE_NAME)")
@@ -126,7 +126,7 @@ def _cleanup(argv: Sequence[str]) -> int:
             ResourceAPI(kube_api_client(ns.kubeconfig)), ns.driver_name, ns.node_name
         )
     except Exception as e:  # one line, no traceback: the server's answer names slice and why
-        from plugin.resourceapi import describe
+        from drakit.plugin.resourceapi import describe
 
         print(f"drakit cleanup: deleting ResourceSlices of driver {ns.driver_name} on node "
               f"{ns.node_name} failed: {' '.join(describe(e).split())}", file=sys.stderr)
@@ -162,20 +162,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd == "run":
         return _run(rest)
     if cmd == "apiserver":
-        from plugin.testing.apiserver import apiserver_main
+        from drakit.plugin.testing.apiserver import apiserver_main
 
         return apiserver_main(rest)
     if cmd == "fake-kubelet":
-        from plugin.testing.fake_kubelet import fake_kubelet_main
+        from drakit.plugin.testing.fake_kubelet import fake_kubelet_main
 
         return fake_kubelet_main(rest)
     if cmd == "cdi":
-        from cdi.cli import cdi_main
+        from drakit.cdi.cli import cdi_main
 
         return cdi_main(rest)
     if cmd == "cleanup":
         return _cleanup(rest)
-    from plugin.demo import demo_main
+    from drakit.plugin.demo import demo_main
 
     return demo_main(rest)
 

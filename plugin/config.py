@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from plugin.names import check_driver_name
+from drakit.plugin.names import check_driver_name
 
 
 class Settings(BaseModel):
@@ -52,7 +52,7 @@ class Settings(BaseModel):
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
         if v:
-            from plugin.http import parse_endpoint
+            from drakit.plugin.http import parse_endpoint
 
             parse_endpoint(v)
         return v
@@ -60,7 +60,7 @@ class Settings(BaseModel):
     @field_validator("cdi_version_max")
     @classmethod
     def _cdi_version(cls, v: str | None) -> str | None:
-        from cdi.version import CDI_VERSIONS
+        from drakit.cdi.version import CDI_VERSIONS
 
         if v is not None and v not in CDI_VERSIONS:
             raise ValueError(f"--cdi-version-max {v!r}: not a CDI specification version; "

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def _say(title: str) -> None:

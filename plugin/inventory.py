@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from discovery.model import Device, DeviceHealth, Pool
-from discovery.plugin import DiscoveryPlugin
-from plugin.types import DeviceHealthEntry
+from drakit.discovery.model import Device, DeviceHealth, Pool
+from drakit.discovery.plugin import DiscoveryPlugin
+from drakit.plugin.types import DeviceHealthEntry
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def drakit_version() -> str:
 
 
 def drop_kind(action: str) -> str:
-    """The ``what`` label for a :class:`plugin.slices.validate.ValidationIssue` action
+    """The ``what`` label for a :class:`drakit.plugin.slices.validate.ValidationIssue` action
     (``"device dropped"`` → ``"device"``); ValueError for an action not in the list."""
     try:
         return _DROP_BY_ACTION[action]
@@ -71,7 +71,7 @@ def drop_kind(action: str) -> str:
 
 class Metrics:
     """All metrics; ``render()`` gives the text exposition format, ``registry`` is what the
-    HTTP endpoint serves (see :mod:`plugin.http`)."""
+    HTTP endpoint serves (see :mod:`drakit.plugin.http`)."""
 
     def __init__(self, driver: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

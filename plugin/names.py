@@ -4,7 +4,7 @@ Claim UIDs, namespaces, claim names, driver names, pools and device names arrive
 kubelet or the API server; before any of them touches a path it must pass these checks.
 Rules follow the Kubernetes API: namespaces and device names are DNS labels, claim names
 DNS subdomains, pool names ``/``-joined DNS subdomains, driver names lower-cased DNS
-subdomains ≤ 63 bytes. The formats and the claim UID rule have one home, :mod:`cdi.names`
+subdomains ≤ 63 bytes. The formats and the claim UID rule have one home, :mod:`drakit.cdi.names`
 (UUIDs as the API server issues them, and readable test UIDs; never ``/``, NUL, ``..``, a
 leading ``.``/``-`` or a trailing ``-``); this module gives them the kubelet-facing
 ``field: Invalid value`` errors.
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 
-from cdi.names import CLAIM_UID, CLAIM_UID_MAX_LENGTH, DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT
+from drakit.cdi.names import CLAIM_UID, CLAIM_UID_MAX_LENGTH, DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT
 
 DNS_LABEL = re.compile(DNS_LABEL_FMT, re.ASCII)
 DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_FMT, re.ASCII)
 UID = CLAIM_UID
-"""The claim UID pattern (:data:`cdi.names.CLAIM_UID`); ``..`` is refused besides."""
+"""The claim UID pattern (:data:`drakit.cdi.names.CLAIM_UID`); ``..`` is refused besides."""
 
 
 class InvalidNameError(ValueError):
@@ -37,7 +37,7 @@ def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, ru
 
 
 def check_claim_uid(value: object, field: str = "claim.uid") -> str:
-    """A claim UID by the one rule of :func:`cdi.names.claim_uid_error` (≤ 128 bytes)."""
+    """A claim UID by the one rule of :func:`drakit.cdi.names.claim_uid_error` (≤ 128 bytes)."""
     return _check(
         field, value, UID, CLAIM_UID_MAX_LENGTH,
         "must start and end with a letter or digit, hold only letters, digits, '-', '_' "

@@ -42,7 +42,7 @@ Rules (kubelet-wire-protocol fact sheet §2.3, §4.2; issue 3):
   second write under the same lock and the claim's error says so: the device stays busy
   while a spec still names it, and the kubelet's retry finishes the job.
 - Deadlines: a kubelet call's work ends by its gRPC deadline minus a margin to answer
-  (:func:`plugin.retry.call_deadline`); claim reads are bounded by it and run
+  (:func:`drakit.plugin.retry.call_deadline`); claim reads are bounded by it and run
   concurrently; a caller waiting for another call's run of the same claim waits at most
   until its own deadline and does not take a result produced after that call's deadline
   (its caller had given up): it runs the claim afresh.
@@ -73,12 +73,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cdi.errors import CDINameError
-from cdi.spec import ContainerEdits
-from cdi.spec import Device as CDIDevice
-from discovery.plugin import ClaimRef, DeviceRequest, DiscoveryPlugin, UnprepareRequest, env_name
-from plugin.activity import KubeletCalls
-from plugin.checkpoint import (
+from drakit.cdi.errors import CDINameError
+from drakit.cdi.spec import ContainerEdits
+from drakit.cdi.spec import Device as CDIDevice
+from drakit.discovery.plugin import (
+    ClaimRef,
+    DeviceRequest,
+    DiscoveryPlugin,
+    UnprepareRequest,
+    env_name,
+)
+from drakit.plugin.activity import KubeletCalls
+from drakit.plugin.checkpoint import (
     Checkpoint,
     CheckpointError,
     CheckpointState,
@@ -86,7 +92,7 @@ from plugin.checkpoint import (
     PreparedDeviceRecord,
     UnpreparedRecord,
 )
-from plugin.claims import (
+from drakit.plugin.claims import (
     AllocatedDevice,
     ClaimError,
     OpaqueConfig,
@@ -96,10 +102,15 @@ from plugin.claims import (
     opaque_configs,
     typed_config,
 )
-from plugin.inventory import Inventory
-from plugin.names import InvalidNameError, check_claim_uid, check_namespace, check_object_name
-from plugin.retry import call_deadline
-from plugin.types import PreparedDeviceRef, PrepareResult
+from drakit.plugin.inventory import Inventory
+from drakit.plugin.names import (
+    InvalidNameError,
+    check_claim_uid,
+    check_namespace,
+    check_object_name,
+)
+from drakit.plugin.retry import call_deadline
+from drakit.plugin.types import PreparedDeviceRef, PrepareResult
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +244,7 @@ def cdi_device_name(claim_uid: str, alloc: AllocatedDevice) -> str:
 
 
 class NodeLogic:
-    """Implements :class:`plugin.types.NodeService` for one driver on one node.
+    """Implements :class:`drakit.plugin.types.NodeService` for one driver on one node.
 
     ``on_checkpoint_error(message)`` is called whenever an operation fails because the
     checkpoint is unreadable or unwritable (metrics). ``calls`` counts the prepare and
@@ -366,7 +377,8 @@ class NodeLogic:
                        deadline: float | None = None) -> dict[str, PrepareResult]:
         """NodePrepareResources: one PrepareResult per distinct claim UID in ``claims``.
 
-        ``deadline`` (``time.monotonic()`` seconds; default :func:`plugin.retry.call_deadline`
+        ``deadline`` (``time.monotonic()`` seconds; default
+        :func:`drakit.plugin.retry.call_deadline`
         of a call without one) bounds every API call and every wait for another call's run
         of the same claim; a claim not done by then gets a retryable per-claim error."""
         if deadline is None:

@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any, Protocol
 
-from plugin.checkpoint import Checkpoint
+from drakit.plugin.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class OrphanSweeper:
         """Check every completed claim against the API; unprepare those missing for longer
         than the grace period that no pod on this node references. Returns the UIDs
         unprepared. API errors skip the claim (or, for the pod list, the pass)."""
-        from discovery.plugin import ClaimRef
+        from drakit.discovery.plugin import ClaimRef
 
         now = time.monotonic() if now is None else now
         deadline = time.monotonic() + SWEEP_API_SECONDS

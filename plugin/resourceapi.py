@@ -3,7 +3,7 @@
 :class:`ResourceAPI` wraps a ``kubernetes.client.ApiClient``. On first use it asks the API
 server which resource.k8s.io versions it serves (``GET /apis/resource.k8s.io``) and picks
 the first of v1 (Kubernetes 1.34+), v1beta2 (1.33), v1beta1 (1.32). Callers always see and
-hand over the v1 shape; :mod:`plugin.slices.convert` translates at the boundary. Objects
+hand over the v1 shape; :mod:`drakit.plugin.slices.convert` translates at the boundary. Objects
 travel as plain dicts. Requests go through the ApiClient's own urllib3 pool manager
 (``api_client.rest_client.pool_manager``: its TLS, proxy and retry settings) with the
 ApiClient's default headers and auth settings (bearer token, refreshed by the
@@ -33,7 +33,7 @@ from urllib.parse import quote, urlencode
 import urllib3
 from kubernetes.client import ApiClient, ApiException
 
-from plugin.retry import (
+from drakit.plugin.retry import (
     Backoff,
     ErrorKind,
     ResponseTooLarge,
@@ -42,7 +42,7 @@ from plugin.retry import (
     describe,
     retry_after_seconds,
 )
-from plugin.slices import convert
+from drakit.plugin.slices import convert
 
 GROUP: Final = convert.GROUP
 SLICES: Final = "resourceslices"
@@ -69,7 +69,8 @@ class ResourceAPIUnavailable(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # error classification and retries
 
-# Defined in plugin.retry (the one retry policy); re-exported here for callers of this module.
+# Defined in drakit.plugin.retry (the one retry policy); re-exported here for callers of this
+# module.
 __all__ = ["Backoff", "ErrorKind", "ResponseTooLarge", "call_with_retries", "classify",
            "describe", "retry_after_seconds"]
 
@@ -283,7 +284,7 @@ class ResourceAPI:
         host = self.api_client.configuration.host
         manager = self.api_client.rest_client.pool_manager
         # No retries inside urllib3: its default Retry sleeps for any Retry-After, uncapped
-        # and outside the caller's deadline. plugin.retry is the one retry policy.
+        # and outside the caller's deadline. drakit.plugin.retry is the one retry policy.
         kwargs["retries"] = False
         if type(manager) is not urllib3.PoolManager:
             kwargs["headers"] = dict(kwargs["headers"])  # the shared dict stays untouched

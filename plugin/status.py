@@ -14,7 +14,7 @@ Writes happen on a background worker (latest desired state per claim wins; 409 a
 errors retry with capped backoff until the status holds, the claim is gone or replaced, or a
 newer state supersedes it: reconciled, not fire-and-forget), so prepare never waits on the
 API for status; ``flush`` waits for the queue to drain (tests, shutdown). With a
-:class:`plugin.activity.KubeletCalls`, each write waits for a moment with no kubelet call in
+:class:`drakit.plugin.activity.KubeletCalls`, each write waits for a moment with no kubelet call in
 flight, at most ``defer_seconds`` after its claim was queued (so a burst of pod starts is
 not slowed by the status of the first pods).
 """
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from discovery.builtin.net import canonical_cidr
-from discovery.plugin import ClaimRef
-from plugin.activity import KubeletCalls
-from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from plugin.retry import Backoff, ErrorKind, classify, describe
-from plugin.slices import formats
+from drakit.discovery.builtin.net import canonical_cidr
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.activity import KubeletCalls
+from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.retry import Backoff, ErrorKind, classify, describe
+from drakit.plugin.slices import formats
 
 log = logging.getLogger(__name__)
 

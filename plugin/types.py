@@ -1,7 +1,7 @@
 """Version-neutral types between the gRPC servers and the node logic.
 
-The gRPC layer (plugin.grpc) converts v1 / v1beta1 messages to and from these; the node
-logic (plugin.node) never sees a protobuf message.
+The gRPC layer (drakit.plugin.grpc) converts v1 / v1beta1 messages to and from these; the node
+logic (drakit.plugin.node) never sees a protobuf message.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from discovery.plugin import ClaimRef
+from drakit.discovery.plugin import ClaimRef
 
 
 @dataclass(frozen=True)

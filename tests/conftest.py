@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.pytest_plugin import (  # noqa: F401 - session fixtures, one per run
+from drakit.plugin.testing.pytest_plugin import (  # noqa: F401 - session fixtures, one per run
     real_apiserver,
     real_apiserver_factory,
 )

@@ -8,9 +8,9 @@ never installed.
 from __future__ import annotations
 
 BUILTIN_PLUGINS: dict[str, str] = {
-    "net": "discovery.builtin.net:NetDiscovery",
-    "pci": "discovery.builtin.pci:PciDiscovery",
-    "example": "discovery.builtin.example:ExampleDiscovery",
+    "net": "drakit.discovery.builtin.net:NetDiscovery",
+    "pci": "drakit.discovery.builtin.pci:PciDiscovery",
+    "example": "drakit.discovery.builtin.example:ExampleDiscovery",
 }
 """Built-in plugin name → ``module:Class``."""
 

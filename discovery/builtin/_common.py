@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from discovery.model import DeviceAttribute
-from discovery.plugin import parse_plugin_options
+from drakit.discovery.model import DeviceAttribute
+from drakit.discovery.plugin import parse_plugin_options
 
 MAX_STRING_BYTES = 64
 """DeviceAttributeMaxValueLength: string and version values, UTF-8 bytes (resource.k8s.io/v1)."""
@@ -34,6 +34,6 @@ def put(
 
 
 def parse_options(model: type[BaseModel], plugin: str, options: dict[str, Any]) -> Any:
-    """The public :func:`discovery.plugin.parse_plugin_options` (kept for the built-ins;
+    """The public :func:`drakit.discovery.plugin.parse_plugin_options` (kept for the built-ins;
     vendors call ``context.parse_options(Model)``)."""
     return parse_plugin_options(model, plugin, options)

@@ -37,8 +37,8 @@ physical device's counter set ``<name>-counters`` goes to ``spec.sharedCounters`
 whole device and each partition ``<name>-<profile>-<i>`` consume from it
 (``consumesCounters``), so the scheduler never over-commits the physical device.
 
-Names that are not DNS labels are mapped with :func:`discovery.names.dns_label`; attribute
-and capacity keys with :func:`discovery.names.qualified_name` (each with a warning).
+Names that are not DNS labels are mapped with :func:`drakit.discovery.names.dns_label`; attribute
+and capacity keys with :func:`drakit.discovery.names.qualified_name` (each with a warning).
 
 Opaque configuration: :class:`ExampleConfig` (``apiVersion: drakit.example.com/v1alpha1``,
 ``kind: ExampleDeviceConfig``); prepare turns it into environment variables.
@@ -57,9 +57,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from cdi.spec import ContainerEdits, DeviceNode
-from discovery.builtin._common import parse_options
-from discovery.model import (
+from drakit.cdi.spec import ContainerEdits, DeviceNode
+from drakit.discovery.builtin._common import parse_options
+from drakit.discovery.model import (
     Counter,
     CounterSet,
     Device,
@@ -68,8 +68,8 @@ from discovery.model import (
     NodeAllocatableResource,
     Pool,
 )
-from discovery.names import dns_label, qualified_name
-from discovery.plugin import (
+from drakit.discovery.names import dns_label, qualified_name
+from drakit.discovery.plugin import (
     DeviceRequest,
     DiscoveryContext,
     DiscoveryPlugin,

@@ -2,7 +2,7 @@
 
 One device per interface (``lo`` and loopback-type links are skipped). Device names come
 from the interface name (``naming: name``, default) or the MAC address (``naming: mac``)
-through :func:`discovery.names.dns_labels`, so they depend on the interface's own identity
+through :func:`drakit.discovery.names.dns_labels`, so they depend on the interface's own identity
 only and removing one interface never renames another. (With ``naming: mac`` an interface
 whose MAC is missing, all-zero or shared with another interface — VLANs, bonds — is named
 from its interface name instead.)
@@ -35,11 +35,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from cdi.spec import ContainerEdits, NetDevice
-from discovery.builtin._common import parse_options, put
-from discovery.model import Device, DeviceAttribute, Pool
-from discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, dns_labels
-from discovery.plugin import (
+from drakit.cdi.spec import ContainerEdits, NetDevice
+from drakit.discovery.builtin._common import parse_options, put
+from drakit.discovery.model import Device, DeviceAttribute, Pool
+from drakit.discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, dns_labels
+from drakit.discovery.plugin import (
     DeviceRequest,
     DeviceStatus,
     DiscoveryContext,
@@ -48,7 +48,7 @@ from discovery.plugin import (
     PreparedDevice,
     env_name,
 )
-from discovery.sysfs import Sysfs
+from drakit.discovery.sysfs import Sysfs
 
 MAX_IPS = 16
 """NetworkDeviceDataMaxIPs: at most 16 entries in ``networkData.ips`` (resource.k8s.io/v1)."""

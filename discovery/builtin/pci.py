@@ -24,11 +24,11 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from discovery.builtin._common import parse_options, put
-from discovery.model import Device, DeviceAttribute, Pool
-from discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
-from discovery.plugin import DiscoveryContext, DiscoveryPlugin
-from discovery.sysfs import PCI_ADDRESS_RE, Sysfs
+from drakit.discovery.builtin._common import parse_options, put
+from drakit.discovery.model import Device, DeviceAttribute, Pool
+from drakit.discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
+from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from drakit.discovery.sysfs import PCI_ADDRESS_RE, Sysfs
 
 _log = logging.getLogger(__name__)
 

@@ -1,14 +1,18 @@
 """The kubelet-facing gRPC layer: registration, DRA node service, dra-health, sockets.
 
 Public entry point: :class:`PluginServer`. Everything here speaks protobuf on one side and
-the version-neutral :mod:`plugin.types` on the other.
+the version-neutral :mod:`drakit.plugin.types` on the other.
 """
 
-from plugin.grpc.dra import DraNodeServicer
-from plugin.grpc.health import HealthStreamServicer, truncate_message
-from plugin.grpc.registration import RegistrationServicer, RegistrationState, RegistrationStatus
-from plugin.grpc.server import PluginServer
-from plugin.grpc.sockets import (
+from drakit.plugin.grpc.dra import DraNodeServicer
+from drakit.plugin.grpc.health import HealthStreamServicer, truncate_message
+from drakit.plugin.grpc.registration import (
+    RegistrationServicer,
+    RegistrationState,
+    RegistrationStatus,
+)
+from drakit.plugin.grpc.server import PluginServer
+from drakit.plugin.grpc.sockets import (
     SocketInUseError,
     SocketPathError,
     SocketPaths,

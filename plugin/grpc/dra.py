@@ -1,7 +1,7 @@
 """The DRA node service (NodePrepareResources / NodeUnprepareResources), v1 and v1beta1.
 
-Each servicer converts the request's claims to :class:`discovery.plugin.ClaimRef`, calls the
-:class:`plugin.types.NodeService`, and converts the answer back. Rules from the kubelet
+Each servicer converts the request's claims to :class:`drakit.discovery.plugin.ClaimRef`, calls the
+:class:`drakit.plugin.types.NodeService`, and converts the answer back. Rules from the kubelet
 (fact sheet §2.3): the response map is keyed by claim UID and must hold exactly one entry per
 requested claim and no other key; a gRPC error fails every claim of the pod, so nothing here
 turns into one: an exception in the node service or a malformed result becomes per-claim
@@ -26,10 +26,10 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-from discovery.plugin import ClaimRef
-from plugin.grpc.protocol import DRA_MODULES, DRA_V1
-from plugin.retry import call_deadline
-from plugin.types import NodeService, PrepareResult
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from drakit.plugin.retry import call_deadline
+from drakit.plugin.types import NodeService, PrepareResult
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Fact sheet §3: every message carries the driver's **complete** device list. The kubelet
 stamps devices with its own receive time and marks a device Unknown when it was not reported
 for ``health_check_timeout_seconds`` (default 30 s), so the list is sent when the stream
-opens, on every change of the :class:`plugin.types.HealthSource`, and again every
+opens, on every change of the :class:`drakit.plugin.types.HealthSource`, and again every
 ``resend_interval`` seconds (default 10 s, well within the timeout). ``message`` is limited
 to 1024 bytes; longer text is cut at a UTF-8 character boundary and ends in ``...`` (the
 kubelet's own truncation form). The stream ends when the client cancels or the server stops.
@@ -19,8 +19,8 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-from plugin.grpc.protocol import HEALTH_MODULES, HEALTH_V1
-from plugin.types import DeviceHealthEntry, HealthSource
+from drakit.plugin.grpc.protocol import HEALTH_MODULES, HEALTH_V1
+from drakit.plugin.types import DeviceHealthEntry, HealthSource
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Final
 
-from plugin._proto.dra.v1 import api_pb2 as dra_v1_pb2
-from plugin._proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
-from plugin._proto.dra.v1beta1 import api_pb2 as dra_v1beta1_pb2
-from plugin._proto.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
-from plugin._proto.dra_health.v1 import api_pb2 as health_v1_pb2
-from plugin._proto.dra_health.v1 import api_pb2_grpc as health_v1_grpc
-from plugin._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1_pb2
-from plugin._proto.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+from drakit.plugin._proto.dra.v1 import api_pb2 as dra_v1_pb2
+from drakit.plugin._proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from drakit.plugin._proto.dra.v1beta1 import api_pb2 as dra_v1beta1_pb2
+from drakit.plugin._proto.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from drakit.plugin._proto.dra_health.v1 import api_pb2 as health_v1_pb2
+from drakit.plugin._proto.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from drakit.plugin._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1_pb2
+from drakit.plugin._proto.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 
 #: ``PluginInfo.type`` of a DRA driver.
 DRA_PLUGIN_TYPE: Final = "DRAPlugin"

@@ -8,7 +8,7 @@ registration socket, ``pluginregistration.Registration``. Behaviour from the fac
 - The DRA server starts first, then the registration server (the kubelet dials the endpoint
   as soon as it sees the registration socket).
 - A stale socket file of this instance is removed before listening; another instance's
-  socket is never touched (paths are unique per pod UID; see :mod:`plugin.grpc.sockets`).
+  socket is never touched (paths are unique per pod UID; see :mod:`drakit.plugin.grpc.sockets`).
 - A watcher thread re-creates the registration socket when its file disappears (a kubelet
   restart wipes the registrar directory) and then calls ``on_reregister`` (the app
   republishes its ResourceSlices there, because the kubelet deleted them at start).
@@ -32,20 +32,20 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import grpc
-from plugin.grpc.dra import DraNodeServicer
-from plugin.grpc.health import (
+from drakit.plugin.grpc.dra import DraNodeServicer
+from drakit.plugin.grpc.health import (
     DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS,
     DEFAULT_RESEND_INTERVAL,
     HealthStreamServicer,
 )
-from plugin.grpc.protocol import (
+from drakit.plugin.grpc.protocol import (
     DRA_SERVICES,
     HEALTH_SERVICES,
     grpc_service_name,
     supported_versions,
 )
-from plugin.grpc.registration import RegistrationServicer, RegistrationState
-from plugin.grpc.sockets import (
+from drakit.plugin.grpc.registration import RegistrationServicer, RegistrationState
+from drakit.plugin.grpc.sockets import (
     SOCKET_MODE,
     SocketPaths,
     ensure_dir,
@@ -53,7 +53,7 @@ from plugin.grpc.sockets import (
     remove_own_socket,
     socket_identity,
 )
-from plugin.types import HealthSource, NodeService
+from drakit.plugin.types import HealthSource, NodeService
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class PluginServer:
 
     Args:
         driver_name: the DRA driver name (validated: DNS subdomain, ≤ 63 bytes).
-        node_service: answers prepare / unprepare (:class:`plugin.types.NodeService`).
+        node_service: answers prepare / unprepare (:class:`drakit.plugin.types.NodeService`).
         health_source: device health for the dra-health stream; None disables health.
         registrar_dir: the kubelet's plugin registrar directory
             (``/var/lib/kubelet/plugins_registry`` on a default node).
@@ -83,7 +83,7 @@ class PluginServer:
             re-created because its file disappeared.
         stop_grace: seconds in-flight RPCs get on ``stop()``.
 
-    Raises :class:`plugin.grpc.sockets.SocketPathError` for a bad driver name / pod UID or a
+    Raises :class:`drakit.plugin.grpc.sockets.SocketPathError` for a bad driver name / pod UID or a
     socket path that does not fit.
     """
 
@@ -157,7 +157,7 @@ class PluginServer:
     def start(self) -> None:
         """Start the DRA server, then the registration server, then the watcher thread.
 
-        Raises :class:`plugin.grpc.sockets.SocketInUseError` when a live process serves one
+        Raises :class:`drakit.plugin.grpc.sockets.SocketInUseError` when a live process serves one
         of this instance's paths, ``RuntimeError`` when gRPC cannot bind.
         """
         with self._lock:

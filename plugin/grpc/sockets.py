@@ -32,7 +32,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from plugin.slices import formats
+from drakit.plugin.slices import formats
 
 log = logging.getLogger(__name__)
 

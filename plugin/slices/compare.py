@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from plugin.slices.quantity import normalized
+from drakit.plugin.slices.quantity import normalized
 
 
 def _prune(value: Any) -> Any:

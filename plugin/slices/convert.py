@@ -1,6 +1,6 @@
 """Convert ResourceSlice and ResourceClaim JSON between resource.k8s.io versions.
 
-drakit works in the v1 shape internally (discovery.model ``to_api()``). Servers before
+drakit works in the v1 shape internally (drakit.discovery.model ``to_api()``). Servers before
 Kubernetes 1.34 serve only older versions:
 
 * ``v1beta1`` (1.32; also served by 1.33/1.34): a slice device is ``{name, basic: {…}}``

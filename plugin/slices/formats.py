@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from cdi.names import DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT  # the one home of the name rules
-from plugin.slices import fielderrors as fe
-from plugin.slices.fielderrors import FieldError
+from drakit.cdi.names import DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT  # the one home of the name rules
+from drakit.plugin.slices import fielderrors as fe
+from drakit.plugin.slices.fielderrors import FieldError
 
 C_IDENTIFIER_FMT: Final = "[A-Za-z_][A-Za-z0-9_]*"
 LABEL_NAME_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from plugin.resourceapi import ErrorKind, classify
+from drakit.plugin.resourceapi import ErrorKind, classify
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class NodeOwner:
     """The owner reference for the slices of Node ``node_name``.
 
     ``fetch_uid`` returns the Node's ``metadata.uid`` (``GET /api/v1/nodes/<name>``, with the
-    caller's retries); an error it raises that :func:`~plugin.resourceapi.classify` calls
+    caller's retries); an error it raises that :func:`~drakit.plugin.resourceapi.classify` calls
     NOT_FOUND means the Node does not exist, every other error is raised to the caller of
     :meth:`reference`. ``uid``: a UID known in advance (used until invalidated).
     Thread-safe.

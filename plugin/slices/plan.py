@@ -8,7 +8,7 @@ about one or more of the resources in a pool, it must change the generation in a
 ResourceSlices which are part of that pool"):
 
 * A pool is in sync when every desired spec has an existing slice with the same content
-  (:func:`~plugin.slices.compare.content_key`, which leaves out the generation and count, or
+  (:func:`~drakit.plugin.slices.compare.content_key`, which leaves out the generation and count, or
   the content the server stored for it last time: ``echo``), no existing slice is left
   over, all carry one generation and the pool's ``resourceSliceCount``. Then only slices
   whose metadata (node label, owner reference) is off are re-sent, with their own spec.

@@ -2,7 +2,8 @@
 
 :class:`SlicePublisher` is declarative: :meth:`~SlicePublisher.publish` hands over the
 complete desired state (every pool of this driver on this node); the publisher validates it
-(:mod:`plugin.slices.validate`), splits each pool (:mod:`plugin.slices.split`), lists what is
+(:mod:`drakit.plugin.slices.validate`), splits each pool (:mod:`drakit.plugin.slices.split`), lists
+what is
 published, and writes only the difference. The semantics follow the Go
 ``k8s.io/dynamic-resource-allocation/resourceslice`` controller (existing-drivers.md §5.2):
 
@@ -27,11 +28,11 @@ published, and writes only the difference. The semantics follow the Go
   order) is what the step raises. Slices of pools that no longer exist are deleted; slices
   of a pool that was skipped because its own fields are invalid are left alone.
 * Ownership: an owner reference to the Node (``controller: true``) so the garbage collector
-  removes the slices with the Node. The Node's UID is kept by :class:`~plugin.slices.owner.
+  removes the slices with the Node. The Node's UID is kept by :class:`~drakit.plugin.slices.owner.
   NodeOwner` and read again when one of our slices was deleted by someone else (seen by the
   watch, or missing from a listing) and at every sync while the Node answers 404 (slices are
   then written without an owner reference, never with a gone one). Re-creating slices that
-  someone else deleted waits :class:`~plugin.slices.owner.RecreateBackoff` (``watch_delay``,
+  someone else deleted waits :class:`~drakit.plugin.slices.owner.RecreateBackoff` (``watch_delay``,
   doubling per round up to ``resync_period``).
 * Errors: retryable API errors (429 honouring Retry-After, 5xx, connection errors) are
   retried per call with exponential backoff and jitter; a Retry-After also holds back
@@ -49,7 +50,7 @@ published, and writes only the difference. The semantics follow the Go
   LIST (this node's slices by the indexed field selectors ``spec.driver`` +
   ``spec.nodeName``; the slices without ``nodeName`` by ``spec.nodeName=`` plus the label,
   only at the first sync and while this publisher has such slices) fills a local
-  :class:`~plugin.slices.view.SliceView`, then a watch with ``allowWatchBookmarks`` from the
+  :class:`~drakit.plugin.slices.view.SliceView`, then a watch with ``allowWatchBookmarks`` from the
   LIST's resourceVersion keeps it current; the answers of the publisher's own writes update
   it too. The periodic verification (``resync_period``) compares the desired state with the
   view and sends no request when they agree. A LIST happens again only when the watch
@@ -93,8 +94,8 @@ from typing import Any, Final, TypeVar
 
 from kubernetes.client import ApiException
 
-from discovery.model import Pool
-from plugin.resourceapi import (
+from drakit.discovery.model import Pool
+from drakit.plugin.resourceapi import (
     Backoff,
     ErrorKind,
     ResourceAPI,
@@ -104,15 +105,15 @@ from plugin.resourceapi import (
     describe,
     retry_after_seconds,
 )
-from plugin.slices.compare import carry_time_added, content_key, differing_fields
-from plugin.slices.convert import api_version
-from plugin.slices.formats import is_label_value
-from plugin.slices.owner import NodeOwner, RecreateBackoff
-from plugin.slices.plan import plan_pool
-from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
-from plugin.slices.split import split_pool
-from plugin.slices.validate import SliceValidationError, ValidationIssue, validate_pools
-from plugin.slices.view import SliceView, newer_rv
+from drakit.plugin.slices.compare import carry_time_added, content_key, differing_fields
+from drakit.plugin.slices.convert import api_version
+from drakit.plugin.slices.formats import is_label_value
+from drakit.plugin.slices.owner import NodeOwner, RecreateBackoff
+from drakit.plugin.slices.plan import plan_pool
+from drakit.plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
+from drakit.plugin.slices.split import split_pool
+from drakit.plugin.slices.validate import SliceValidationError, ValidationIssue, validate_pools
+from drakit.plugin.slices.view import SliceView, newer_rv
 
 PUBLISHER_NODE_LABEL: Final = "resource.drakit.io/node"
 """Label on every slice drakit writes: the node whose publisher owns it (the node name, or
@@ -249,7 +250,7 @@ def _jittered(seconds: float, rng: Callable[[], float]) -> float:
 class SlicePublisher:
     """Publishes ``driver_name``'s pools for ``node_name`` (see the module docstring).
 
-    Parameters: ``resource_api`` (a :class:`~plugin.resourceapi.ResourceAPI`); ``node_uid``
+    Parameters: ``resource_api`` (a :class:`~drakit.plugin.resourceapi.ResourceAPI`); ``node_uid``
     (looked up with GET node when None); ``strict`` (refuse a publish with any validation
     issue instead of leaving the broken parts out); ``resync_period`` (mean seconds between
     background verifications against the local view, which send no request when nothing
@@ -393,7 +394,7 @@ class SlicePublisher:
         :class:`PublishError` if the API calls still fail after the bounded retries (the
         state is kept; a started publisher retries in the background). ``wait=False`` only
         stores the state and triggers the background loop. In strict mode a state with any
-        validation issue raises :class:`~plugin.slices.validate.SliceValidationError` and
+        validation issue raises :class:`~drakit.plugin.slices.validate.SliceValidationError` and
         nothing is written or stored.
         """
         desired = self._prepare(list(pools))
@@ -664,7 +665,7 @@ class SlicePublisher:
 
     def _sync_pool(self, pool: str, desired: _Desired, existing: list[dict[str, Any]],
                    owner: dict[str, Any] | None, counts: _Counts) -> None:
-        """Plan (:func:`~plugin.slices.plan.plan_pool`) and execute one pool's writes."""
+        """Plan (:func:`~drakit.plugin.slices.plan.plan_pool`) and execute one pool's writes."""
         with self._cond:
             remembered = self._generations.get(pool, 0)
         plan = plan_pool(pool, desired.specs.get(pool), partial(desired.keys, pool), existing,

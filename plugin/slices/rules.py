@@ -1,13 +1,13 @@
 """Every rule the API server applies to a ResourceSlice, checked on resource.k8s.io/v1 JSON.
 
 The functions take the JSON a slice is sent as (``Device.to_api()``, ``CounterSet.to_api()``
-or a whole slice) and return :class:`~plugin.slices.fielderrors.FieldError` lists with the
+or a whole slice) and return :class:`~drakit.plugin.slices.fielderrors.FieldError` lists with the
 server's paths, types and wording. Rules, limits and texts: shared/reference/
 resource-api-validation.md §1 to §9 (Kubernetes 1.35+ / master; the 1.34 differences of §14
 are not modelled). Like the server, a list or map over its size limit reports only
 ``Too many`` and its items are not checked.
 
-:func:`validate_slice` checks a whole slice; :mod:`plugin.slices.validate` uses the device,
+:func:`validate_slice` checks a whole slice; :mod:`drakit.plugin.slices.validate` uses the device,
 attribute and counter set checks one by one to drop only what is broken.
 """
 
@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from plugin.slices import fielderrors as fe
-from plugin.slices import formats
-from plugin.slices.fielderrors import FieldError
-from plugin.slices.quantity import MAX_INT64, Quantity, QuantityError, parse
+from drakit.plugin.slices import fielderrors as fe
+from drakit.plugin.slices import formats
+from drakit.plugin.slices.fielderrors import FieldError
+from drakit.plugin.slices.quantity import MAX_INT64, Quantity, QuantityError, parse
 
 MAX_DEVICES: Final = 128
 MAX_DEVICES_RESTRICTED: Final = 64
@@ -845,7 +845,7 @@ def validate_slice(obj: dict[str, Any], opts: RuleOptions = SERVER_PARITY) -> li
     """All server rules for one ResourceSlice object (v1 JSON with ``metadata`` and ``spec``).
 
     Pool-wide checks (device names unique across slices, counter references) are not server
-    rules; :mod:`plugin.slices.validate` does them per pool.
+    rules; :mod:`drakit.plugin.slices.validate` does them per pool.
     """
     errs: list[FieldError] = []
     meta = obj.get("metadata") or {}

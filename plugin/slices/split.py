@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from plugin.slices import rules
-from plugin.slices.validate import ValidatedPool
+from drakit.plugin.slices import rules
+from drakit.plugin.slices.validate import ValidatedPool
 
 _DIGITS = re.compile(r"(\d+)")
 

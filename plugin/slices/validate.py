@@ -6,7 +6,7 @@ breaks a rule is dropped (and with it the devices that consume from it); a pool 
 or node selection is invalid is skipped as a whole. Each decision is one
 :class:`ValidationIssue` naming the pool, the device (or counter set), the field path the way
 the API server writes it and the rule. ``strict`` publishing (see
-:class:`~plugin.slices.publisher.SlicePublisher`) refuses instead when there is any issue.
+:class:`~drakit.plugin.slices.publisher.SlicePublisher`) refuses instead when there is any issue.
 
 Field paths use the device's position in the pool as handed over
 (``spec.devices[<i>]``, ``spec.sharedCounters[<i>]``); after splitting, the device may sit
@@ -24,11 +24,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from discovery.model import Pool
-from plugin.slices import fielderrors as fe
-from plugin.slices import formats, rules
-from plugin.slices.fielderrors import FieldError
-from plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
+from drakit.discovery.model import Pool
+from drakit.plugin.slices import fielderrors as fe
+from drakit.plugin.slices import formats, rules
+from drakit.plugin.slices.fielderrors import FieldError
+from drakit.plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
 
 Action = Literal["device dropped", "attribute dropped", "counter set dropped", "pool skipped",
                  "field dropped"]

@@ -2,10 +2,11 @@
 
 Both work over the real wire (unix-socket gRPC, HTTP + JSON), so vendors can test their own
 drivers with them; :class:`RealAPIServer` starts a real etcd + kube-apiserver 1.37 instead
-(:mod:`plugin.testing.realcluster`). pytest fixtures: :mod:`plugin.testing.pytest_plugin`.
+(:mod:`drakit.plugin.testing.realcluster`). pytest fixtures:
+:mod:`drakit.plugin.testing.pytest_plugin`.
 """
 
-from plugin.testing.apiserver import (
+from drakit.plugin.testing.apiserver import (
     AllocatedDevice,
     ApiError,
     EmbeddedAPIServer,
@@ -13,7 +14,7 @@ from plugin.testing.apiserver import (
     RequestRecord,
     apiserver_main,
 )
-from plugin.testing.fake_kubelet import (
+from drakit.plugin.testing.fake_kubelet import (
     ClaimPrepareResult,
     DeviceHealthReport,
     FakeKubelet,
@@ -26,8 +27,8 @@ from plugin.testing.fake_kubelet import (
     choose_dra_version,
     fake_kubelet_main,
 )
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import (
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import (
     RealAPIServer,
     RealClusterError,
     find_k8s_bin_dir,

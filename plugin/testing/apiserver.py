@@ -15,7 +15,7 @@ Resources
     told to serve (``served_versions``, default ``("v1",)``; ``("v1beta1",)`` looks like
     Kubernetes 1.32, ``("v1beta2", "v1beta1")`` like 1.33). Unserved versions answer 404.
     Objects are stored in the v1 shape and converted at the boundary
-    (:mod:`plugin.testing.apiserver_convert`: v1beta1 ``basic`` device wrapper, v1beta1
+    (:mod:`drakit.plugin.testing.apiserver_convert`: v1beta1 ``basic`` device wrapper, v1beta1
     flat device requests).
 Discovery
     ``GET /api``, ``/api/v1``, ``/apis``, ``/apis/resource.k8s.io``,
@@ -23,7 +23,7 @@ Discovery
     following the newest served version unless ``kubernetes_minor`` is given),
     ``/openapi/v2`` and ``/openapi/v3[/api/v1|/apis/resource.k8s.io/{version}]`` (the
     Kubernetes 1.37 schemas, or 1.36's with ``kubernetes_minor=36``; none for a
-    v1beta-only server or ``kubernetes_minor`` < 36; :mod:`plugin.testing.apiserver_schema`),
+    v1beta-only server or ``kubernetes_minor`` < 36; :mod:`drakit.plugin.testing.apiserver_schema`),
     nothing else (no /healthz).
 Decoding (like kube-apiserver's into its Go types, same schemas)
     unknown fields dropped with a ``Warning: 299`` header (``?fieldValidation=Strict``:
@@ -45,7 +45,7 @@ Verbs
     ``application/merge-patch+json``, ``application/json-patch+json``,
     ``application/strategic-merge-patch+json`` (treated as a merge patch) and server-side
     apply ``application/apply-patch+yaml`` with ``fieldManager`` and ``force``
-    (:mod:`plugin.testing.apiserver_apply`; claim ``status.devices`` is a list-map keyed
+    (:mod:`drakit.plugin.testing.apiserver_apply`; claim ``status.devices`` is a list-map keyed
     by driver, pool, device, shareID); delete (DeleteOptions preconditions); deletecollection
     (with selectors); ``dryRun=All`` on writes.
 Metadata
@@ -60,7 +60,7 @@ Errors
     409 AlreadyExists / Conflict, 410 Expired, 415 UnsupportedMediaType, 422 Invalid
     (``details.causes[].field`` paths as the real server writes them), 429
     TooManyRequests (``Retry-After``), 500 InternalError.
-Validation (:mod:`plugin.testing.apiserver_validate`, deliberately modest)
+Validation (:mod:`drakit.plugin.testing.apiserver_validate`, deliberately modest)
     object names; ResourceSlice driver, pool (name, generation, resourceSliceCount),
     exactly one node selection field, ≤128 devices (≤64 with taints, counters or list
     attributes), device names (DNS labels, unique), attribute union and value length,
@@ -104,7 +104,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from cdi.atomic import atomic_write
+from drakit.cdi.atomic import atomic_write
 
 from . import apiserver_errors as errors
 from .apiserver_apply import render_path

@@ -106,7 +106,7 @@ _CLAIM_REQUESTS = ("spec", "devices", "requests")
 def to_internal(info: ResourceInfo, version: str, obj: dict[str, Any]) -> dict[str, Any]:
     """Object (or apply configuration) sent in ``version`` → stored v1 shape (a copy).
     ``apiVersion`` is removed (the server sets it on the way out) and so are ``null``
-    map values (see :func:`~plugin.testing.apiserver_json.strip_nulls`)."""
+    map values (see :func:`~drakit.plugin.testing.apiserver_json.strip_nulls`)."""
     out = strip_nulls({k: v for k, v in obj.items() if k != "apiVersion"})
     if version == "v1beta1":
         if info is RESOURCE_SLICES:

@@ -2,12 +2,12 @@
 
 Use from a ``conftest.py``::
 
-    from plugin.testing.apiserver_fixtures import (  # noqa: F401
+    from drakit.plugin.testing.apiserver_fixtures import (  # noqa: F401
         embedded_apiserver, embedded_apiserver_factory,
     )
 
 - ``embedded_apiserver_factory(served_versions=("v1",), **kwargs)`` starts an
-  :class:`~plugin.testing.apiserver.EmbeddedAPIServer` on a free port; every one it made
+  :class:`~drakit.plugin.testing.apiserver.EmbeddedAPIServer` on a free port; every one it made
   is stopped at teardown.
 - ``embedded_apiserver``: one started server serving resource.k8s.io/v1, with a kubeconfig
   written to ``tmp_path / "kubeconfig"``.
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
 EmbeddedAPIServerFactory = Callable[..., EmbeddedAPIServer]
 

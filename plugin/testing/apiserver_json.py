@@ -1,12 +1,12 @@
 """JSON-tree helpers for the embedded API server (objects are plain dict/list/scalar
-trees; copies use :func:`plugin.jsontree.clone`, much cheaper than ``copy.deepcopy``)."""
+trees; copies use :func:`drakit.plugin.jsontree.clone`, much cheaper than ``copy.deepcopy``)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from plugin.jsontree import clone
+from drakit.plugin.jsontree import clone
 
 __all__ = ["clone", "equal_ignoring_resource_version", "strip_nulls"]
 

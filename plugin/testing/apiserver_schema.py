@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plugin.slices.quantity import QUANTITY_ERROR, QuantityError, parse
+from drakit.plugin.slices.quantity import QUANTITY_ERROR, QuantityError, parse
 
 SCHEMA_VERSION = "v1.37.0"
 """The default schema: Kubernetes 1.37."""

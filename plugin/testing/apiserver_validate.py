@@ -9,7 +9,7 @@ attribute shape, semver versions and list attributes, capacity request policies,
 nodeAllocatableResources, partitionTypeAttribute, skipNodeOperations, immutable fields; a
 ResourceClaim's ``status.devices[]`` entries (allocated device, uniqueness, conditions, data,
 networkData) and the immutable ``status.allocation``. The rules that drakit's own validator
-(:mod:`plugin.slices.rules`) already writes from the same upstream sources are reused, not
+(:mod:`drakit.plugin.slices.rules`) already writes from the same upstream sources are reused, not
 written twice; tests/real/test_real_differential.py holds both to kube-apiserver 1.37.2's
 answers. Everything else is accepted as sent.
 """
@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from plugin.slices import fielderrors as fe
-from plugin.slices import formats, rules
+from drakit.plugin.slices import fielderrors as fe
+from drakit.plugin.slices import formats, rules
 
 from .apiserver_errors import (
     CAUSE_DUPLICATE,
@@ -85,7 +85,7 @@ _CAUSE_OF_TYPE = {
 
 
 def _causes(errors: list[fe.FieldError]) -> list[Cause]:
-    """drakit's field errors (plugin.slices.rules, written from the same upstream rules) as
+    """drakit's field errors (drakit.plugin.slices.rules, written from the same upstream rules) as
     Status causes."""
     out = []
     for err in errors:

@@ -29,12 +29,12 @@ from subprocess import Popen
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from discovery.plugin import DiscoveryPlugin
-from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-from plugin.testing.fake_kubelet import ClaimPrepareResult, FakeKubelet
+from drakit.discovery.plugin import DiscoveryPlugin
+from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+from drakit.plugin.testing.fake_kubelet import ClaimPrepareResult, FakeKubelet
 
 if TYPE_CHECKING:
-    from plugin.testing.realcluster import RealAPIServer
+    from drakit.plugin.testing.realcluster import RealAPIServer
 
 ClaimArg = dict[str, Any] | tuple[str, str, str]
 
@@ -54,7 +54,7 @@ class DriverHarness:
     plugins must be given by name. ``extra_args`` are appended to its command line;
     ``settings`` overrides Settings fields in-process; ``env`` (also settable later as
     ``self.env``, read at each subprocess start) adds environment variables for the child.
-    ``apiserver`` may also be a :class:`~plugin.testing.realcluster.RealAPIServer` (a real
+    ``apiserver`` may also be a :class:`~drakit.plugin.testing.realcluster.RealAPIServer` (a real
     kube-apiserver); then ``api_token`` is the identity the agent uses (e.g. its
     ``node_agent_token(node_name)``; default: the admin token).
     """
@@ -166,8 +166,8 @@ class DriverHarness:
         )
 
     def _start_inprocess(self) -> None:
-        from plugin.app import App
-        from plugin.config import Settings
+        from drakit.plugin.app import App
+        from drakit.plugin.config import Settings
 
         fields: dict[str, Any] = dict(
             driver_name=self.driver_name,
@@ -197,7 +197,7 @@ class DriverHarness:
         cmd = [
             sys.executable,
             "-m",
-            "plugin.cli",
+            "drakit.plugin.cli",
             "run",
             "--driver-name",
             self.driver_name,

@@ -10,10 +10,11 @@ run in an environment where drakit is installed has them: no import in a ``conft
 - ``fake_kubelet_registrar_dir``: the directory the fake kubelet watches by default,
   ``short_tmp_path / "plugins_registry"``; override it in a conftest to change it.
 - ``fake_kubelet_factory(registrar_dir=None, kubelet_version="1.34", **kwargs)`` starts a
-  :class:`~plugin.testing.fake_kubelet.FakeKubelet`; every one it made is stopped at teardown.
+  :class:`~drakit.plugin.testing.fake_kubelet.FakeKubelet`; every one it made is stopped at
+  teardown.
 - ``fake_kubelet``: one started 1.34 fake kubelet on ``fake_kubelet_registrar_dir``.
 - ``real_apiserver`` (session): a real etcd + kube-apiserver 1.37
-  (:class:`~plugin.testing.realcluster.RealAPIServer`, every resource.k8s.io version, the DRA
+  (:class:`~drakit.plugin.testing.realcluster.RealAPIServer`, every resource.k8s.io version, the DRA
   gates). ``real_apiserver_factory(runtime_config=None, feature_gates=None)`` (session) starts
   one per distinct configuration (kept for the session, e.g. a v1beta1-only server). Both skip
   with the reason when the binaries are not found (``$DRAKIT_K8S_BIN`` or
@@ -32,8 +33,8 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.fake_kubelet import FakeKubelet
-from plugin.testing.realcluster import (
+from drakit.plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.testing.realcluster import (
     RealAPIServer,
     RealClusterError,
     build_k8s_binaries,

@@ -1,11 +1,11 @@
 """A real Kubernetes control plane for tests: etcd + kube-apiserver (and kube-scheduler) on
-loopback, the counterpart of :mod:`plugin.testing.apiserver` (what envtest is for Go
+loopback, the counterpart of :mod:`drakit.plugin.testing.apiserver` (what envtest is for Go
 projects).
 
 The binaries are the upstream ones, built from Go modules by ``scripts/build-k8s.sh`` (cached
 by version under ``~/.cache/drakit/k8s-v<version>/bin``); :func:`find_k8s_bin_dir` finds them.
 Vendors use it from pytest through the ``real_apiserver`` fixture of
-:mod:`plugin.testing.pytest_plugin`, or directly::
+:mod:`drakit.plugin.testing.pytest_plugin`, or directly::
 
     with start_real_apiserver(tmp_path / "cp") as cp:
         api = kubernetes.client.ResourceV1Api(cp.api_client())   # system:masters
@@ -28,7 +28,7 @@ What is started (facts: shared/reference/real-control-plane.md)
 The in-process helpers of the embedded server (``create_object``, ``get_object``,
 ``list_objects``, ``update_object``, ``delete_object``, ``create_node``, ``create_claim``,
 ``write_kubeconfig``, ``api_client``) exist here too, over HTTPS as the admin, so
-:class:`~plugin.testing.harness.DriverHarness` and the suites run unchanged against either.
+:class:`~drakit.plugin.testing.harness.DriverHarness` and the suites run unchanged against either.
 
 Errors: :class:`RealClusterError` when a binary is missing, a component exits during start-up
 (with the tail of its log) or is not ready within the deadline; :class:`ApiError` (the
@@ -60,16 +60,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from cdi.atomic import atomic_write
-from plugin.slices.convert import (
+from drakit.cdi.atomic import atomic_write
+from drakit.plugin.slices.convert import (
     claim_from_version,
     claim_to_version,
     slice_from_version,
     slice_to_version,
 )
-from plugin.testing.apiserver import AllocatedDevice
-from plugin.testing.apiserver_errors import ApiError
-from plugin.testing.apiserver_log import RequestRecord
+from drakit.plugin.testing.apiserver import AllocatedDevice
+from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.apiserver_log import RequestRecord
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

@@ -1,6 +1,6 @@
 """A whole real node for tests: kubelet + containerd + runc next to a real control plane.
 
-Built on :mod:`plugin.testing.realcluster` (etcd + kube-apiserver): :class:`RealNode` adds
+Built on :mod:`drakit.plugin.testing.realcluster` (etcd + kube-apiserver): :class:`RealNode` adds
 kube-scheduler, kube-controller-manager (garbage collector, ResourceClaim controller, node
 lifecycle), containerd with runc and the CNI plugins, and a kubelet, all on loopback and
 under one throwaway directory, so a DRA driver (drakit run, or a vendor's) registers with a
@@ -15,7 +15,7 @@ from pytest through the ``real_node`` fixture (:func:`real_node`), or directly::
 
 Binaries: kubelet, kube-controller-manager, kube-scheduler, containerd, ctr and
 containerd-shim-runc-v2 from ``scripts/build-k8s.sh`` (bin directory of
-:func:`~plugin.testing.realcluster.find_k8s_bin_dir`), the CNI plugins loopback, bridge and
+:func:`~drakit.plugin.testing.realcluster.find_k8s_bin_dir`), the CNI plugins loopback, bridge and
 host-local from ``../cni`` next to it, ``runc`` from the system (Debian's package). Images
 are made without a registry: a static pause program (``go build``, CGO off) and
 Debian's ``/bin/busybox`` (busybox-static), each ``FROM scratch`` with ``podman build`` in a
@@ -43,7 +43,7 @@ What is changed on the host, and restored by :meth:`RealNode.stop`
     work (the API server dials the node by name): read container output with
     :meth:`RealNode.container_log` from the kubelet's ``podLogsDir``.
 
-Errors: :class:`~plugin.testing.realcluster.RealClusterError` (with the component's log tail)
+Errors: :class:`~drakit.plugin.testing.realcluster.RealClusterError` (with the component's log tail)
 when a binary is missing, a component exits during start-up or is not ready in time.
 :func:`node_unavailable_reason` tells why a node cannot run here (for a skip).
 """
@@ -73,7 +73,7 @@ from typing import Any
 
 import yaml
 
-from plugin.testing.realcluster import (
+from drakit.plugin.testing.realcluster import (
     K8S_VERSION,
     ChildProcess,
     RealAPIServer,
@@ -937,7 +937,7 @@ class DrakitProcess:
         self.port = _free_port()
         drakit = Path(sys.executable).with_name("drakit")
         cmd = [str(drakit) if drakit.exists() else sys.executable, *(
-            [] if drakit.exists() else ["-m", "plugin.cli"]), "run",
+            [] if drakit.exists() else ["-m", "drakit.plugin.cli"]), "run",
             "--driver-name", self.driver, "--node-name", self.node.node_name,
             "--kubeconfig", str(self.node.cp.kubeconfig()),
             "--kubelet-registrar-directory-path", str(self.node.registrar_dir),

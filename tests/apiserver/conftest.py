@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from plugin.testing.apiserver import EmbeddedAPIServer
-from plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
     embedded_apiserver,
     embedded_apiserver_factory,
 )

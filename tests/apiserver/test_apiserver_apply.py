@@ -10,8 +10,8 @@ import pytest
 from apiserver_helpers import DRIVER, NODE, make_slice
 from kubernetes import client
 
-from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-from plugin.testing.apiserver_apply import CLAIM_LIST_MAPS, apply, field_set
+from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+from drakit.plugin.testing.apiserver_apply import CLAIM_LIST_MAPS, apply, field_set
 
 NIC = "nic.example.com"
 APPLY = "application/apply-patch+yaml"

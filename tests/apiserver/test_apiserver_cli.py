@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from plugin.testing.apiserver import apiserver_main
+from drakit.plugin.testing.apiserver import apiserver_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_bad_versions_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_process_stops_on_sigterm(tmp_path: Path) -> None:
-    code = "import sys; from plugin.testing.apiserver import apiserver_main; " \
+    code = "import sys; from drakit.plugin.testing.apiserver import apiserver_main; " \
            "sys.exit(apiserver_main(sys.argv[1:]))"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", code, "--port", "0"], cwd=REPO, env=env,

@@ -12,7 +12,7 @@ import pytest
 from apiserver_helpers import DRIVER, NODE, make_slice
 from kubernetes import client, config
 
-from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 

@@ -12,7 +12,7 @@ import urllib3
 from apiserver_helpers import DRIVER, NODE, make_slice
 from kubernetes import client, watch
 
-from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer, FaultPlan
+from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer, FaultPlan
 
 
 def apply_status(custom_api: client.CustomObjectsApi) -> dict[str, Any]:

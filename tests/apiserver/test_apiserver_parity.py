@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from parity import APPLY, CLAIMS, DRIVER, SLICES, Client, claim_body, device, run, slice_body
 
-from plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from apiserver_helpers import make_slice
 
-from plugin.testing.apiserver import ApiError, EmbeddedAPIServer
-from plugin.testing.apiserver_validate import check_interface_address
+from drakit.plugin.testing.apiserver import ApiError, EmbeddedAPIServer
+from drakit.plugin.testing.apiserver_validate import check_interface_address
 
 
 def S(devices: int = 1) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from apiserver_helpers import DRIVER, make_slice
 from kubernetes import client, watch
 
-from plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
 
 def collect(func: Any, stop_after: int, timeout: int = 5, return_type: Any = None,

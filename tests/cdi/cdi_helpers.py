@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdi.spec import ContainerEdits, Device, Spec
+from drakit.cdi.spec import ContainerEdits, Device, Spec
 
 
 def env_device(name: str, *env: str) -> Device:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdi.testing import (
+from drakit.cdi.testing import (
     podman_cdi,  # noqa: F401  (session fixture re-exported for this dir)
     schema_validator,
 )

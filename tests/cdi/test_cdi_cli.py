@@ -9,9 +9,9 @@ from pathlib import Path
 
 from cdi_helpers import env_device
 
-from cdi.cli import cdi_main
-from cdi.spec import ContainerEdits, Device, DeviceNode
-from cdi.store import SpecStore
+from drakit.cdi.cli import cdi_main
+from drakit.cdi.spec import ContainerEdits, Device, DeviceNode
+from drakit.cdi.store import SpecStore
 
 UID = "3f2a9c1e-0b7d-4c52-9a8e-1d2c3b4a5f60"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cdi.errors import HostNodeError
-from cdi.hostnodes import HostNodes
-from cdi.spec import ContainerEdits, Device, DeviceNode, Spec
+from drakit.cdi.errors import HostNodeError
+from drakit.cdi.hostnodes import HostNodes
+from drakit.cdi.spec import ContainerEdits, Device, DeviceNode, Spec
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdi.errors import CDINameError
-from cdi.names import (
+from drakit.cdi.errors import CDINameError
+from drakit.cdi.names import (
     annotation_key_error,
     annotations_errors,
     claim_device_name,
@@ -166,7 +166,7 @@ INVALID_UIDS = [
     "-a",
     "a-",
     "a\nb",
-    "a..b",  # the one claim UID rule (cdi.names.CLAIM_UID_FMT) refuses '..' anywhere
+    "a..b",  # the one claim UID rule (drakit.cdi.names.CLAIM_UID_FMT) refuses '..' anywhere
 ]
 
 

@@ -1,6 +1,6 @@
 """The real consumer: podman 4.3 + runc loads specs written by SpecStore.
 
-Each test writes into its own temp spec directory; cdi.testing.PodmanCDI shows podman only
+Each test writes into its own temp spec directory; drakit.cdi.testing.PodmanCDI shows podman only
 that directory (private mount namespace). Skips with a reason without root/podman/runc.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from cdi_helpers import env_device
 
-from cdi.errors import CDIVersionError
-from cdi.spec import ContainerEdits, Device, DeviceNode
-from cdi.store import SpecStore
-from cdi.testing import PodmanCDI
+from drakit.cdi.errors import CDIVersionError
+from drakit.cdi.spec import ContainerEdits, Device, DeviceNode
+from drakit.cdi.store import SpecStore
+from drakit.cdi.testing import PodmanCDI
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from cdi_helpers import env_device
 
-from cdi.errors import (
+from drakit.cdi.errors import (
     CDINameError,
     CDIVersionError,
     HostNodeError,
     SpecConflictError,
     SpecValidationError,
 )
-from cdi.spec import ContainerEdits, Device, DeviceNode, Mount
-from cdi.store import SpecStore
-from cdi.validate import load_spec_file, validate_spec
+from drakit.cdi.spec import ContainerEdits, Device, DeviceNode, Mount
+from drakit.cdi.store import SpecStore
+from drakit.cdi.validate import load_spec_file, validate_spec
 
 UID = "3f2a9c1e-0b7d-4c52-9a8e-1d2c3b4a5f60"
 UID2 = "c0ffee00-0000-4000-8000-000000000002"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from cdi_helpers import env_device
 
-import cdi.store as store_module
-from cdi.errors import SpecConflictError
-from cdi.store import SpecStore
+import drakit.cdi.store as store_module
+from drakit.cdi.errors import SpecConflictError
+from drakit.cdi.store import SpecStore
 
 UIDS = [f"c0ffee00-0000-4000-8000-{i:012d}" for i in range(8)]
 

@@ -10,9 +10,24 @@ from typing import Any
 import pytest
 from cdi_helpers import env_device, spec_with
 
-from cdi.errors import SpecValidationError
-from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
-from cdi.validate import load_spec, load_spec_file, spec_errors, spec_from_dict, validate_spec
+from drakit.cdi.errors import SpecValidationError
+from drakit.cdi.spec import (
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Hook,
+    IntelRdt,
+    Mount,
+    NetDevice,
+    Spec,
+)
+from drakit.cdi.validate import (
+    load_spec,
+    load_spec_file,
+    spec_errors,
+    spec_from_dict,
+    validate_spec,
+)
 
 
 def _valid(spec: Spec, version: str = "0.3.0") -> Spec:

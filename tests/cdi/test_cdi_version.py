@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from cdi_helpers import env_device, spec_with
 
-from cdi.errors import CDIVersionError
-from cdi.spec import ContainerEdits, Device, DeviceNode, IntelRdt, Mount, NetDevice, Spec
-from cdi.version import (
+from drakit.cdi.errors import CDIVersionError
+from drakit.cdi.spec import ContainerEdits, Device, DeviceNode, IntelRdt, Mount, NetDevice, Spec
+from drakit.cdi.version import (
     CDI_VERSIONS,
     declared_version_errors,
     minimum_version,

@@ -1,5 +1,5 @@
-"""One claim UID rule: the kubelet-facing check (plugin.names) and the CDI store's check
-(cdi.names) are the same rule, with the vectors on which they used to disagree."""
+"""One claim UID rule: the kubelet-facing check (drakit.plugin.names) and the CDI store's check
+(drakit.cdi.names) are the same rule, with the vectors on which they used to disagree."""
 
 from __future__ import annotations
 
@@ -7,19 +7,20 @@ import uuid
 
 import pytest
 
-from cdi.errors import CDINameError
-from cdi.names import CLAIM_UID_MAX_LENGTH, claim_uid_error, validate_claim_uid
-from plugin.names import InvalidNameError, check_claim_uid
+from drakit.cdi.errors import CDINameError
+from drakit.cdi.names import CLAIM_UID_MAX_LENGTH, claim_uid_error, validate_claim_uid
+from drakit.plugin.names import InvalidNameError, check_claim_uid
 
 ISSUED = str(uuid.uuid4())  # what the API server sets as metadata.uid and the kubelet passes
 
 ACCEPTED = [ISSUED, ISSUED.upper(), "c5e0a4d2-8b1f-4e3a-9c7d-2f6b8a1e0d93", "uid-1", "u",
             "a.b", "A_1", "x" * CLAIM_UID_MAX_LENGTH]
 REFUSED = [
-    "abc-",   # plugin.names accepted it (UID regex allowed a trailing '-'); cdi refused it
-    "a..b",   # cdi.names accepted it ('..' inside a component); plugin.names refused it
-    "a_",     # trailing '_' (plugin.names accepted it)
-    "a.",     # trailing '.' (plugin.names accepted it)
+    "abc-",   # drakit.plugin.names accepted it (UID regex allowed a trailing '-'); cdi refused it
+    "a..b",
+           # drakit.cdi.names accepted it ('..' inside a component); drakit.plugin.names refused it
+    "a_",     # trailing '_' (drakit.plugin.names accepted it)
+    "a.",     # trailing '.' (drakit.plugin.names accepted it)
     "..", ".hidden", "-a", "_a", "a/b", "/abs", "a\x00b", "a\nb", "uid ", "",
     "x" * (CLAIM_UID_MAX_LENGTH + 1), "é",
 ]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import real_server_for
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import real_server_for
 
 FAST = {
     "health_resend_seconds": 2.0,

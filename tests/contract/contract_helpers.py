@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cdi.store import SpecStore
-from discovery.model import Device, DeviceHealth, Pool
-from discovery.plugin import (
+from drakit.cdi.store import SpecStore
+from drakit.discovery.model import Device, DeviceHealth, Pool
+from drakit.discovery.plugin import (
     DeviceRequest,
     DiscoveryContext,
     DiscoveryPlugin,
     PreparedDevice,
     UnprepareRequest,
 )
-from plugin.checkpoint import Checkpoint
+from drakit.plugin.checkpoint import Checkpoint
 
 DRIVER = "drakit.example.com"
 NODE = "node-1"

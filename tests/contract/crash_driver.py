@@ -36,8 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contract_helpers import DRIVER, Violations, check_invariants
 
-from plugin.testing.fake_kubelet import KubeletCallError, KubeletCheckError
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.fake_kubelet import KubeletCallError, KubeletCheckError
+from drakit.plugin.testing.harness import DriverHarness
 
 POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
 CALL_TIMEOUT = 10.0

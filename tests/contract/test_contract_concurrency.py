@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from contract_helpers import DRIVER, POOL, ControlledPlugin, check_invariants, uid_of
 
-from discovery.plugin import DeviceRequest
-from plugin.testing.fake_kubelet import ClaimPrepareResult
-from plugin.testing.harness import DriverHarness
+from drakit.discovery.plugin import DeviceRequest
+from drakit.plugin.testing.fake_kubelet import ClaimPrepareResult
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def run_all(fns: list[Callable[[], Any]], timeout: float = 90.0) -> list[Any]:

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from contract_helpers import DRIVER, POOL, ControlledPlugin, uid_of
 
-from discovery.model import DeviceHealth
-from plugin.grpc.protocol import HEALTH_V1, HEALTH_V1ALPHA1
-from plugin.testing.fake_kubelet import DeviceHealthReport, HealthWatch, KubeletCheckError
-from plugin.testing.harness import DriverHarness
+from drakit.discovery.model import DeviceHealth
+from drakit.plugin.grpc.protocol import HEALTH_V1, HEALTH_V1ALPHA1
+from drakit.plugin.testing.fake_kubelet import DeviceHealthReport, HealthWatch, KubeletCheckError
+from drakit.plugin.testing.harness import DriverHarness
 
 Reports = list[DeviceHealthReport]
 

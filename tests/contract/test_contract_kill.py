@@ -11,10 +11,10 @@ import pytest
 from contract_helpers import check_invariants, uid_of
 from crash_driver import CrashDriver
 
-from plugin.checkpoint import Checkpoint
-from plugin.node import CRASH_POINTS, parse_crash_points
-from plugin.testing.fake_kubelet import KubeletCallError
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.checkpoint import Checkpoint
+from drakit.plugin.node import CRASH_POINTS, parse_crash_points
+from drakit.plugin.testing.fake_kubelet import KubeletCallError
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def test_crash_point_parsing() -> None:

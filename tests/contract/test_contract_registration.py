@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from contract_helpers import DRIVER, NODE, uid_of
 
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def test_rejection_not_ready_then_accepted(harness_factory: Callable[..., DriverHarness]) -> None:

@@ -12,10 +12,10 @@ import grpc
 import pytest
 from contract_helpers import DRIVER, check_invariants, uid_of
 
-from plugin.app import App
-from plugin.config import Settings
-from plugin.grpc.protocol import DRA_MODULES, DRA_V1
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.app import App
+from drakit.plugin.config import Settings
+from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from drakit.plugin.testing.harness import DriverHarness
 
 GENERATED = {"example": {"generate": {"count": 40}}}
 

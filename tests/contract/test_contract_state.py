@@ -13,16 +13,16 @@ import grpc
 import pytest
 from contract_helpers import DRIVER, POOL, ControlledPlugin, check_invariants, uid_of
 
-from cdi.spec import ContainerEdits
-from cdi.spec import Device as CDIDevice
-from cdi.store import SpecStore
-from discovery.plugin import DeviceRequest
-from plugin.app import ClaimReader
-from plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDeviceRecord
-from plugin.orphans import NodePods, OrphanSweeper
-from plugin.testing.apiserver import AllocatedDevice
-from plugin.testing.fake_kubelet import KubeletCallError
-from plugin.testing.harness import DriverHarness
+from drakit.cdi.spec import ContainerEdits
+from drakit.cdi.spec import Device as CDIDevice
+from drakit.cdi.store import SpecStore
+from drakit.discovery.plugin import DeviceRequest
+from drakit.plugin.app import ClaimReader
+from drakit.plugin.checkpoint import Checkpoint, ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.orphans import NodePods, OrphanSweeper
+from drakit.plugin.testing.apiserver import AllocatedDevice
+from drakit.plugin.testing.fake_kubelet import KubeletCallError
+from drakit.plugin.testing.harness import DriverHarness
 
 CONFIG = [{"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": {
     "apiVersion": "drakit.example.com/v1alpha1", "kind": "ExampleDeviceConfig",

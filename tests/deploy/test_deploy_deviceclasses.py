@@ -25,11 +25,11 @@ from deploy_helpers import (
     render_base,
 )
 
-from discovery.builtin.example import ExampleDiscovery
-from discovery.builtin.net import NetDiscovery
-from discovery.builtin.pci import PciDiscovery
-from discovery.plugin import DiscoveryContext
-from discovery.testing import SysfsBuilder
+from drakit.discovery.builtin.example import ExampleDiscovery
+from drakit.discovery.builtin.net import NetDiscovery
+from drakit.discovery.builtin.pci import PciDiscovery
+from drakit.discovery.plugin import DiscoveryContext
+from drakit.discovery.testing import SysfsBuilder
 
 CLASS_OF = {"net": "net.drakit.example.com", "pci": "pci.drakit.example.com",
             "example": "example.drakit.example.com"}

@@ -221,7 +221,7 @@ def test_plugin_options_become_the_config_file(helm: str) -> None:
     docs = render(helm, *CASES["pci-options"])
     config = yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
     assert config == {"discovery": {"pci": {"vendors": ["10de"], "classes": ["0302"]}}}
-    from plugin.config import read_config_file
+    from drakit.plugin.config import read_config_file
 
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"drakit-helm-{os.getpid()}.yaml"
     path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from deploy_helpers import BASE, CONTAINER, DAEMONSET, REPO, load_docs
 
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 pytestmark = [pytest.mark.podman, pytest.mark.root, pytest.mark.slow]
 

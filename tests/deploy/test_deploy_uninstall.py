@@ -20,8 +20,8 @@ def _slice(node: str, driver: str, pool: str) -> dict[str, Any]:
 
 def test_cleanup_deletes_only_the_drivers_slices_of_the_node(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cli = pytest.importorskip("plugin.cli", reason="plugin.cli is not importable yet")
-    from plugin.testing.apiserver import EmbeddedAPIServer
+    cli = pytest.importorskip("drakit.plugin.cli", reason="drakit.plugin.cli is not importable yet")
+    from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
     with EmbeddedAPIServer() as api:
         for node in ("node-a", "node-b"):

@@ -1,10 +1,10 @@
 """The ClusterRole against the API requests the node agent makes.
 
-:func:`rbac_coverage.compare` is tested on synthetic request logs (plugin.testing's real
-RequestRecord type). The harness test runs the real agent (plugin.app.App) against the
+:func:`rbac_coverage.compare` is tested on synthetic request logs (drakit.plugin.testing's real
+RequestRecord type). The harness test runs the real agent (drakit.plugin.app.App) against the
 embedded API server and the fake kubelet, through registration, ResourceSlice publishing,
 prepare (claim GET, status apply) and unprepare, and fails when the ClusterRole misses a
-request it made or grants a write verb it never used. It skips while plugin.app cannot be
+request it made or grants a write verb it never used. It skips while drakit.plugin.app cannot be
 imported.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from deploy_helpers import DRIVER_NAME, one, render_base
 from rbac_coverage import CoverageReport, Permission, compare, required_permissions
 
-from plugin.testing.apiserver_log import RequestRecord
+from drakit.plugin.testing.apiserver_log import RequestRecord
 
 RG = "resource.k8s.io"
 
@@ -134,13 +134,14 @@ def _wait(what: str, predicate: Any, timeout: float = 20.0) -> Any:
 
 def test_harness_run_is_covered_by_the_cluster_role(short_tmp_path: Path) -> None:
     app_module = pytest.importorskip(
-        "plugin.app", reason="plugin.app (the lead's node agent) is not importable yet")
-    from discovery.builtin.example import ExampleDiscovery
-    from discovery.model import Device, Pool
-    from discovery.plugin import DiscoveryContext, DiscoveryPlugin
-    from plugin.config import Settings
-    from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-    from plugin.testing.fake_kubelet import FakeKubelet
+        "drakit.plugin.app", reason="drakit.plugin.app (the lead's node agent) is not importable "
+                                     "yet")
+    from drakit.discovery.builtin.example import ExampleDiscovery
+    from drakit.discovery.model import Device, Pool
+    from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
+    from drakit.plugin.config import Settings
+    from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+    from drakit.plugin.testing.fake_kubelet import FakeKubelet
 
     class Resizable(DiscoveryPlugin):
         """``count`` plain devices in pool ``resizable``: more than one slice holds (128)
@@ -210,10 +211,10 @@ def test_real_agent_run_is_covered_by_the_cluster_role(real_apiserver: Any,
     """The same on a real kube-apiserver 1.37: deploy/'s base applied, the agent using a
     token bound to a Pod on its node. The real authorizer must allow every call (no 401/403
     in the audit log) and the ClusterRole must grant no write the agent did not use."""
-    from discovery.builtin.example import ExampleDiscovery
-    from discovery.model import Device, Pool
-    from discovery.plugin import DiscoveryContext, DiscoveryPlugin
-    from plugin.testing.harness import DriverHarness
+    from drakit.discovery.builtin.example import ExampleDiscovery
+    from drakit.discovery.model import Device, Pool
+    from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
+    from drakit.plugin.testing.harness import DriverHarness
 
     class Resizable(DiscoveryPlugin):
         """130 devices (two slices), then 3 (one slice updated, one deleted)."""

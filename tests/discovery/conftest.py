@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from discovery import DiscoveryContext, Pool, SysfsBuilder, is_dns_label, is_qualified_name
+from drakit.discovery import DiscoveryContext, Pool, SysfsBuilder, is_dns_label, is_qualified_name
 
 DRIVER = "drakit.example.com"
 NODE = "node-1"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from discovery import DiscoveryContext, Pool, SysfsBuilder
-from discovery.builtin.net import NetDiscovery
-from discovery.builtin.pci import PciDiscovery
+from drakit.discovery import DiscoveryContext, Pool, SysfsBuilder
+from drakit.discovery.builtin.net import NetDiscovery
+from drakit.discovery.builtin.pci import PciDiscovery
 
 Ctx = Callable[..., DiscoveryContext]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from discovery import DiscoveryContext, Pool, SysfsBuilder, load_plugins
+from drakit.discovery import DiscoveryContext, Pool, SysfsBuilder, load_plugins
 
 Ctx = Callable[..., DiscoveryContext]
 BUILTINS = ["net", "pci", "example"]

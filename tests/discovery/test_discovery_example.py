@@ -11,8 +11,8 @@ import pydantic
 import pytest
 import yaml
 
-from discovery import ClaimRef, DeviceRequest, DiscoveryContext, Pool
-from discovery.builtin.example import (
+from drakit.discovery import ClaimRef, DeviceRequest, DiscoveryContext, Pool
+from drakit.discovery.builtin.example import (
     _UUID_NAMESPACE,
     DEMO_FILE,
     ExampleConfig,

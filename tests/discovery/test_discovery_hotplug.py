@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from discovery import DiscoveryContext, HotplugMonitor
-from discovery.builtin.net import NetDiscovery
+from drakit.discovery import DiscoveryContext, HotplugMonitor
+from drakit.discovery.builtin.net import NetDiscovery
 
 Ctx = Callable[..., DiscoveryContext]
 WAIT = 10.0  # bound of every wait; the events themselves take milliseconds

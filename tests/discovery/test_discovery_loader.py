@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from discovery import (
+from drakit.discovery import (
     DiscoveryContext,
     DiscoveryPlugin,
     PluginLoadError,
@@ -21,14 +21,14 @@ from discovery import (
     load_plugins,
     parse_plugin_options,
 )
-from discovery.builtin.example import ExampleDiscovery
-from discovery.builtin.net import NetDiscovery
-from discovery.builtin.pci import PciDiscovery
+from drakit.discovery.builtin.example import ExampleDiscovery
+from drakit.discovery.builtin.net import NetDiscovery
+from drakit.discovery.builtin.pci import PciDiscovery
 
 Ctx = Callable[..., DiscoveryContext]
 
 PLUGIN_SOURCE = '''
-from discovery import DiscoveryPlugin, Pool, Device
+from drakit.discovery import DiscoveryPlugin, Pool, Device
 
 class TinyDiscovery(DiscoveryPlugin):
     name = "tiny"
@@ -80,7 +80,7 @@ def test_module_class(make_ctx: Ctx) -> None:
     def factory(name: str) -> DiscoveryContext:
         seen.append(name)
         return make_ctx(naming="mac")
-    [p] = load_plugins(["discovery.builtin.net:NetDiscovery"], factory)
+    [p] = load_plugins(["drakit.discovery.builtin.net:NetDiscovery"], factory)
     assert isinstance(p, NetDiscovery) and seen == ["net"]
     assert p.options.naming == "mac"
 
@@ -94,9 +94,9 @@ def test_unknown_name_lists_available() -> None:
 
 @pytest.mark.parametrize(("spec", "match"), [
     ("no_such_module_xyz:Thing", "cannot import"),
-    ("discovery.builtin.net:Nope", "has no Nope"),
-    ("discovery.builtin.net:", "not 'module:Class'"),
-    ("discovery.builtin.net:canonical_cidr", "not a DiscoveryPlugin"),
+    ("drakit.discovery.builtin.net:Nope", "has no Nope"),
+    ("drakit.discovery.builtin.net:", "not 'module:Class'"),
+    ("drakit.discovery.builtin.net:canonical_cidr", "not a DiscoveryPlugin"),
 ])
 def test_module_class_errors(spec: str, match: str) -> None:
     with pytest.raises(PluginLoadError, match=match):
@@ -106,7 +106,7 @@ def test_module_class_errors(spec: str, match: str) -> None:
 def test_entry_points(tiny_dist: Path, make_ctx: Ctx) -> None:
     available = available_plugins()
     assert available["tiny"] == "tiny_vendor:TinyDiscovery"
-    assert available["net"] == "discovery.builtin.net:NetDiscovery"  # built-in not shadowed
+    assert available["net"] == "drakit.discovery.builtin.net:NetDiscovery"  # built-in not shadowed
     [p] = load_plugins(["tiny"], lambda name: make_ctx())
     assert [d.name for d in p.discover()[0].devices] == ["tiny-0"]
     with pytest.raises(PluginLoadError, match="'broken': cannot open /dev/tiny"):
@@ -123,7 +123,7 @@ def test_invalid_options_name_plugin_and_field(make_ctx: Ctx) -> None:
 
 
 OTHER_SOURCE = '''
-from discovery import DiscoveryPlugin
+from drakit.discovery import DiscoveryPlugin
 
 class OtherTiny(DiscoveryPlugin):
     name = "tiny"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from discovery.names import (
+from drakit.discovery.names import (
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,

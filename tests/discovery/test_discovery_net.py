@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from discovery import (
+from drakit.discovery import (
     PCI_BUS_ID,
     PCIE_ROOT,
     ClaimRef,
@@ -19,7 +19,7 @@ from discovery import (
     Pool,
     SysfsBuilder,
 )
-from discovery.builtin.net import NetDiscovery, canonical_cidr
+from drakit.discovery.builtin.net import NetDiscovery, canonical_cidr
 
 Ctx = Callable[..., DiscoveryContext]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from discovery import PCI_BUS_ID, PCIE_ROOT, DiscoveryContext, Pool, SysfsBuilder
-from discovery.builtin.pci import PciDiscovery, device_name
+from drakit.discovery import PCI_BUS_ID, PCIE_ROOT, DiscoveryContext, Pool, SysfsBuilder
+from drakit.discovery.builtin.pci import PciDiscovery, device_name
 
 Ctx = Callable[..., DiscoveryContext]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from discovery.sysfs import Sysfs
-from discovery.testing import SysfsBuilder
+from drakit.discovery.sysfs import Sysfs
+from drakit.discovery.testing import SysfsBuilder
 
 
 @pytest.mark.parametrize(("content", "expected"), [

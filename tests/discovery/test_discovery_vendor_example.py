@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from discovery import DiscoveryContext, Pool, SysfsBuilder, available_plugins, load_plugins
+from drakit.discovery import DiscoveryContext, Pool, SysfsBuilder, available_plugins, load_plugins
 
 Ctx = Callable[..., DiscoveryContext]
 
@@ -34,7 +34,7 @@ def test_loads_by_entry_point_name(acme_installed: Path, sysfs: SysfsBuilder, ma
     assert a["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:3b"}
     assert a["capacity"]["memory"] == {"value": "17179869184"}
     # its opaque config model is strict and reaches prepare
-    from discovery import ClaimRef, DeviceRequest
+    from drakit.discovery import ClaimRef, DeviceRequest
     cfg_model = type(plugin).config_model
     assert cfg_model is not None
     cfg = cfg_model.model_validate({"powerLimitWatts": 150})

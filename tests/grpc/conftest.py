@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from dra_grpc_stubs import DRIVER, StubHealthSource, StubNodeService
 
-from plugin.grpc import PluginServer
-from plugin.types import DeviceHealthEntry
+from drakit.plugin.grpc import PluginServer
+from drakit.plugin.types import DeviceHealthEntry
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 
-from discovery.plugin import ClaimRef
-from plugin.types import DeviceHealthEntry, PreparedDeviceRef, PrepareResult
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.types import DeviceHealthEntry, PreparedDeviceRef, PrepareResult
 
 #: The driver name the gRPC-layer tests use.
 DRIVER = "gpu.example.com"

@@ -13,11 +13,11 @@ from types import ModuleType
 
 import pytest
 
-from plugin._proto.dra.v1 import api_pb2 as dra_v1
-from plugin._proto.dra.v1beta1 import api_pb2 as dra_v1beta1
-from plugin._proto.dra_health.v1 import api_pb2 as health_v1
-from plugin._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
-from plugin._proto.pluginregistration.v1 import api_pb2 as reg_v1
+from drakit.plugin._proto.dra.v1 import api_pb2 as dra_v1
+from drakit.plugin._proto.dra.v1beta1 import api_pb2 as dra_v1beta1
+from drakit.plugin._proto.dra_health.v1 import api_pb2 as health_v1
+from drakit.plugin._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_v1
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,7 +156,7 @@ def test_stubs_load_on_this_runtime_without_a_version_error() -> None:
         "warnings.simplefilter('error')\n"
         # protobuf 6.x accepts 5.x gencode with this notice (inside its rolling window)
         "warnings.filterwarnings('default', message='.*one major version older')\n"
-        "import plugin._proto.dra.v1.api_pb2 as m\n"
+        "import drakit.plugin._proto.dra.v1.api_pb2 as m\n"
         "for p in sorted(pathlib.Path('plugin/_proto').rglob('api_pb2*.py')):\n"
         "    importlib.import_module('.'.join(p.with_suffix('').parts))\n"
         "c = m.Claim(namespace='ns', uid='u', name='n')\n"

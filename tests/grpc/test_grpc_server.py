@@ -15,14 +15,14 @@ import pytest
 from dra_grpc_stubs import DRIVER, StubNodeService
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from plugin._proto.dra.v1 import api_pb2 as dra_v1
-from plugin._proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
-from plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
-from plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from plugin.grpc import PluginServer, SocketInUseError
-from plugin.grpc.sockets import MAX_SOCKET_PATH_BYTES
-from plugin.testing import FakeKubelet, KubeletCheckError, choose_dra_version
-from plugin.types import PrepareResult
+from drakit.plugin._proto.dra.v1 import api_pb2 as dra_v1
+from drakit.plugin._proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from drakit.plugin.grpc import PluginServer, SocketInUseError
+from drakit.plugin.grpc.sockets import MAX_SOCKET_PATH_BYTES
+from drakit.plugin.testing import FakeKubelet, KubeletCheckError, choose_dra_version
+from drakit.plugin.types import PrepareResult
 
 T = 10.0  # bound of every wait
 UID_A = "11111111-2222-3333-4444-555555555555"

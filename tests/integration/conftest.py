@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdi.testing import podman_cdi, schema_validator  # noqa: F401  (fixture re-exported)
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import real_server_for
+from drakit.cdi.testing import podman_cdi, schema_validator  # noqa: F401  (fixture re-exported)
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import real_server_for
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "cdi-schema"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.apiserver import AllocatedDevice, FaultPlan
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.apiserver import AllocatedDevice, FaultPlan
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def devices_of(h: DriverHarness, claim: dict[str, Any]) -> list[dict[str, Any]]:

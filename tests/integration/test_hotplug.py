@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 pytestmark = pytest.mark.root
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from plugin.logs import JSONFormatter
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.logs import JSONFormatter
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -54,7 +54,7 @@ def test_not_ready_when_checkpoint_is_corrupt(
 def test_json_logs_carry_claim_context(harness: DriverHarness,
                                        caplog: pytest.LogCaptureFixture) -> None:
     claim = harness.allocate("c1", [("node-1", "gpu-0")])
-    with caplog.at_level(logging.INFO, logger="plugin.node"):
+    with caplog.at_level(logging.INFO, logger="drakit.plugin.node"):
         assert harness.prepare(claim)[claim["metadata"]["uid"]].error == ""
     record = next(r for r in caplog.records if "prepared claim" in r.getMessage())
     doc = json.loads(JSONFormatter().format(record))
@@ -114,7 +114,7 @@ def test_metrics_include_process_platform_and_build_info(
 
 
 def test_every_error_series_exists_at_zero_before_any_error() -> None:
-    from plugin.metrics import RESULTS, SLICE_VERBS, VALIDATION_DROPS, Metrics
+    from drakit.plugin.metrics import RESULTS, SLICE_VERBS, VALIDATION_DROPS, Metrics
 
     m = Metrics("gpu.example.com")
     value = m.registry.get_sample_value
@@ -141,8 +141,8 @@ def test_every_error_series_exists_at_zero_before_any_error() -> None:
 def test_validation_drops_are_counted_by_what_was_left_out() -> None:
     from typing import get_args
 
-    from plugin.metrics import VALIDATION_DROPS, Metrics, drop_kind
-    from plugin.slices.validate import Action
+    from drakit.plugin.metrics import VALIDATION_DROPS, Metrics, drop_kind
+    from drakit.plugin.slices.validate import Action
 
     assert sorted(drop_kind(a) for a in get_args(Action)) == sorted(VALIDATION_DROPS)
     m = Metrics("gpu.example.com")
@@ -178,7 +178,7 @@ def test_json_logs_carry_the_traceback() -> None:
     try:
         raise RuntimeError("sensor bus gone")
     except RuntimeError:
-        record = logging.LogRecord("plugin.app", logging.ERROR, __file__, 1, "failed", (),
+        record = logging.LogRecord("drakit.plugin.app", logging.ERROR, __file__, 1, "failed", (),
                                    sys.exc_info())
     doc = json.loads(JSONFormatter().format(record))
     assert doc["msg"] == "failed"

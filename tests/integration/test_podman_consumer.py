@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from cdi.testing import PodmanCDI
-from plugin.testing.harness import DriverHarness
+from drakit.cdi.testing import PodmanCDI
+from drakit.plugin.testing.harness import DriverHarness
 
 pytestmark = pytest.mark.podman
 

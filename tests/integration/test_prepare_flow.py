@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.apiserver import AllocatedDevice
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.apiserver import AllocatedDevice
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def uid(claim: dict[str, Any]) -> str:
@@ -158,7 +158,7 @@ def test_older_api_servers(harness_factory: Callable[..., DriverHarness], versio
 
 def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """`make run` end to end: real /sys, agent as a child process, exit status 0."""
-    from plugin.demo import demo_main
+    from drakit.plugin.demo import demo_main
 
     assert demo_main([]) == 0
     out = capsys.readouterr().out

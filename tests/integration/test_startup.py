@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import pytest
 
-from discovery import Device, DiscoveryPlugin, Pool
-from plugin.config import add_run_arguments, read_config_file, settings_from_args
-from plugin.testing.harness import DriverHarness
+from drakit.discovery import Device, DiscoveryPlugin, Pool
+from drakit.plugin.config import add_run_arguments, read_config_file, settings_from_args
+from drakit.plugin.testing.harness import DriverHarness
 
 
 class Flaky(DiscoveryPlugin):
@@ -31,7 +31,7 @@ class Flaky(DiscoveryPlugin):
 def test_failing_plugin_is_retried_and_not_ready_meanwhile(
     harness_factory: Callable[..., DriverHarness], tmp_path: Path
 ) -> None:
-    from discovery import DiscoveryContext
+    from drakit.discovery import DiscoveryContext
 
     Flaky.healthy = False
     ctx = DiscoveryContext(driver_name="drakit.example.com", node_name="node-1")
@@ -105,7 +105,7 @@ def test_bad_flags_are_named(argv: tuple[str, ...], match: str) -> None:
 
 
 def test_ipv6_endpoint_parses() -> None:
-    from plugin.http import parse_endpoint
+    from drakit.plugin.http import parse_endpoint
 
     assert parse_endpoint("[::1]:8080") == ("::1", 8080)
     assert parse_endpoint(":9") == ("0.0.0.0", 9)

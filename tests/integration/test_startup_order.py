@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 IN_CLUSTER_ERROR = "Service host/port is not set"
 
@@ -24,7 +24,7 @@ def drakit_run(tmp_path: Path, *argv: str, timeout: float = 60) -> subprocess.Co
            if not k.startswith("KUBERNETES_") and k not in (
                "KUBECONFIG", "DISCOVERY", "DRAKIT_CONFIG", "CDI_VERSION_MAX")}
     return subprocess.run(
-        [sys.executable, "-m", "plugin.cli", "run", "--driver-name", "gpu.example.com",
+        [sys.executable, "-m", "drakit.plugin.cli", "run", "--driver-name", "gpu.example.com",
          "--node-name", "node-1",
          "--kubelet-registrar-directory-path", str(tmp_path / "registry"),
          "--kubelet-plugins-directory-path", str(tmp_path / "plugins"),
@@ -90,7 +90,7 @@ current-context: x
 """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "plugin.cli", "run", "--driver-name", "gpu.example.com",
+        [sys.executable, "-m", "drakit.plugin.cli", "run", "--driver-name", "gpu.example.com",
          "--node-name", "node-1", "--discovery", "example", "--kubeconfig", str(kubeconfig),
          "--kubelet-registrar-directory-path", str(tmp_path / "registry"),
          "--kubelet-plugins-directory-path", str(tmp_path / "plugins"),
@@ -117,7 +117,7 @@ def test_zero_devices_under_a_non_default_sysfs_root_warns(
 ) -> None:
     import logging
 
-    with caplog.at_level(logging.WARNING, logger="plugin.app"):
+    with caplog.at_level(logging.WARNING, logger="drakit.plugin.app"):
         harness_factory(discovery=["pci"], settings={"sysfs_root": tmp_path / "nosuch"})
     assert any("found 0 devices under --sysfs-root" in r.getMessage()
                and "no such directory" in r.getMessage() for r in caplog.records)

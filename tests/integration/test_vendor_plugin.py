@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from discovery import SysfsBuilder
-from plugin.testing.apiserver import AllocatedDevice
-from plugin.testing.harness import DriverHarness
+from drakit.discovery import SysfsBuilder
+from drakit.plugin.testing.apiserver import AllocatedDevice
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def acme_config(source: str, **params: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord, PreparedDeviceRecord
 
 
 def rec(uid: str) -> ClaimRecord:

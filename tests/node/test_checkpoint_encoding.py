@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugin.canonical_json import CanonicalMapEncoder, canonical
-from plugin.checkpoint import (
+from drakit.plugin.canonical_json import CanonicalMapEncoder, canonical
+from drakit.plugin.checkpoint import (
     Checkpoint,
     CheckpointState,
     ClaimRecord,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import plugin.checkpoint as checkpoint_module
-from plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
+import drakit.plugin.checkpoint as checkpoint_module
+from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
 
 
 def _rec(uid: str) -> ClaimRecord:

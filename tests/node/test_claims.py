@@ -7,8 +7,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from discovery.plugin import ClaimRef
-from plugin.claims import ClaimError, allocated_devices, check_claim, opaque_configs, typed_config
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.claims import (
+    ClaimError,
+    allocated_devices,
+    check_claim,
+    opaque_configs,
+    typed_config,
+)
 
 DRIVER = "gpu.example.com"
 

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import json, sys
-from plugin.kubeimport import lean_kubernetes
+from drakit.plugin.kubeimport import lean_kubernetes
 first = lean_kubernetes()
 again = lean_kubernetes()
 from kubernetes import client, config

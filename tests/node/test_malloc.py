@@ -1,4 +1,5 @@
-"""plugin.malloc: the arena cap applies on glibc and yields to an explicit MALLOC_ARENA_MAX."""
+"""drakit.plugin.malloc: the arena cap applies on glibc and yields to an explicit
+MALLOC_ARENA_MAX."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import sys
 
 import pytest
 
-from plugin.malloc import limit_malloc_arenas
+from drakit.plugin.malloc import limit_malloc_arenas
 
-SCRIPT = "from plugin.malloc import limit_malloc_arenas; print(limit_malloc_arenas())"
+SCRIPT = "from drakit.plugin.malloc import limit_malloc_arenas; print(limit_malloc_arenas())"
 
 
 def _run(env: dict[str, str]) -> str:
@@ -37,7 +38,7 @@ def test_applied_on_glibc() -> None:
 def test_freeze_startup_objects_leaves_them_to_reference_counting() -> None:
     import gc
 
-    from plugin.malloc import freeze_startup_objects
+    from drakit.plugin.malloc import freeze_startup_objects
 
     try:
         assert freeze_startup_objects() > 1000  # at least the imported modules' objects

@@ -7,10 +7,10 @@ import threading
 import time
 from typing import Any
 
-from discovery.plugin import ClaimRef
-from plugin.activity import KubeletCalls
-from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from plugin.status import StatusWriter
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.activity import KubeletCalls
+from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.status import StatusWriter
 
 
 class RecordingAPI:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from plugin.status import StatusError, build_entries, build_entry, canonical_ip
+from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.status import StatusError, build_entries, build_entry, canonical_ip
 
 NOW = "2026-01-01T00:00:00Z"
 

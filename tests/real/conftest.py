@@ -1,5 +1,5 @@
 """Fixtures of the real-server tier: a real etcd + kube-apiserver 1.37 (session scope, from
-plugin.testing.pytest_plugin via tests/conftest.py, so one server for every folder) with
+drakit.plugin.testing.pytest_plugin via tests/conftest.py, so one server for every folder) with
 deploy/'s RBAC, admission policy and DeviceClasses applied, and node agents that run as
 deploy/'s ServiceAccount bound to a Pod on their node.
 
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from real_helpers import FAST, install_deploy
 
-from plugin.testing.harness import DriverHarness
-from plugin.testing.pytest_plugin import short_tmp_path  # noqa: F401 - fixture
-from plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.pytest_plugin import short_tmp_path  # noqa: F401 - fixture
+from drakit.plugin.testing.realcluster import RealAPIServer
 
 
 @pytest.fixture(scope="session")

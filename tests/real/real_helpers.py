@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from plugin.testing.apiserver_errors import ApiError
-from plugin.testing.realcluster import RealAPIServer, wait_until
+from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.realcluster import RealAPIServer, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "deploy" / "kustomize" / "base"

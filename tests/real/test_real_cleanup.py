@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from real_helpers import DRIVER
 
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import RealAPIServer
 
 pytestmark = pytest.mark.slow
 
 
 def _cleanup(kubeconfig: Path, node: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "plugin.cli", "cleanup", "--driver-name", DRIVER,
+        [sys.executable, "-m", "drakit.plugin.cli", "cleanup", "--driver-name", DRIVER,
          "--node-name", node, "--kubeconfig", str(kubeconfig)],
         capture_output=True, text=True, timeout=60)
 

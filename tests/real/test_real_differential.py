@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.apiserver import EmbeddedAPIServer
-from plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
     embedded_apiserver,
     embedded_apiserver_factory,
 )
-from plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.realcluster import RealAPIServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apiserver"))
 from parity import SLICES, Answer, Client, Step, run, sequence
@@ -110,10 +110,10 @@ def test_protobuf_writes(both: tuple[Client, Client]) -> None:
 
 
 def test_client_side_rules_match_the_real_server(real_apiserver: RealAPIServer) -> None:
-    """drakit's own validator (plugin.slices.rules, what the publisher checks before it
+    """drakit's own validator (drakit.plugin.slices.rules, what the publisher checks before it
     sends) gives the real server's field errors, word for word, for every ResourceSlice
     the recorded sequence expects to be refused with 422."""
-    from plugin.slices import rules
+    from drakit.plugin.slices import rules
 
     real = Client(real_apiserver.url, real_apiserver.admin_token, str(real_apiserver.ca_file))
     prefix = f"r{uuid.uuid4().hex[:6]}"

@@ -1,5 +1,5 @@
 """Issue 16 on a real kube-apiserver 1.37: the throttling and slow-answer faults, injected by
-:class:`plugin.testing.faultproxy.FaultProxy` between the node agent (deploy/'s
+:class:`drakit.plugin.testing.faultproxy.FaultProxy` between the node agent (deploy/'s
 ServiceAccount, node-bound token, over TLS) and the real server."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from plugin.testing.faultproxy import Fault, FaultProxy
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.faultproxy import Fault, FaultProxy
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import RealAPIServer
 
 pytestmark = pytest.mark.slow
 CLAIM_GET = r"/resourceclaims/[^/]+$"

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import pytest
 from real_helpers import AGENT_USER, DRIVER
 
-from plugin.testing.apiserver_errors import ApiError
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import RealAPIServer, wait_until
+from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import RealAPIServer, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from real_helpers import skip_or_fail
 
-from plugin.testing.apiserver_errors import ApiError
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import RealAPIServer, RealClusterError, wait_until
+from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import RealAPIServer, RealClusterError, wait_until
 
 pytestmark = pytest.mark.slow
 

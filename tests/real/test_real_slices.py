@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from real_helpers import AGENT_USER
 
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import RealAPIServer
 
 pytestmark = pytest.mark.slow
 

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from discovery.builtin.example import ExampleDiscovery
-from discovery.plugin import (
+from drakit.discovery.builtin.example import ExampleDiscovery
+from drakit.discovery.plugin import (
     DeviceRequest,
     DeviceStatus,
     DiscoveryContext,
     NetworkData,
     PreparedDevice,
 )
-from plugin.testing.harness import DriverHarness
-from plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.realcluster import RealAPIServer
 
 pytestmark = pytest.mark.slow
 

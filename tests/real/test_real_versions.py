@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 from real_helpers import AGENT_USER, install_deploy
 
-from plugin.testing.harness import DriverHarness
-from plugin.testing.pytest_plugin import RealAPIServerFactory
-from plugin.testing.realcluster import RealAPIServer, resource_versions_config
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.pytest_plugin import RealAPIServerFactory
+from drakit.plugin.testing.realcluster import RealAPIServer, resource_versions_config
 
 pytestmark = pytest.mark.slow
 

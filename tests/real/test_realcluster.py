@@ -1,4 +1,4 @@
-"""The real-control-plane kit itself (plugin.testing.realcluster): finding the binaries,
+"""The real-control-plane kit itself (drakit.plugin.testing.realcluster): finding the binaries,
 TLS that is really verified, tokens that really authenticate (and those without rights
 really get 403), the audit-log request records, and a teardown that leaves no process and
 no directory behind."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.testing.apiserver_errors import ApiError
-from plugin.testing.realcluster import (
+from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.realcluster import (
     DRA_FEATURE_GATES,
     RealAPIServer,
     find_k8s_bin_dir,

@@ -1,5 +1,5 @@
 """Fixtures of the real-node tier: one real node for the session (kube-apiserver, etcd,
-kube-scheduler, kube-controller-manager, kubelet, containerd + runc; plugin.testing.realnode)
+kube-scheduler, kube-controller-manager, kubelet, containerd + runc; drakit.plugin.testing.realnode)
 and drakit running on it as a real process.
 
 drakit's inventory: the ``example`` discoverer's demo devices (plain GPUs, a consumable
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 from node_helpers import TIMINGS, Drivers, Veth, device_class, record
 
-from plugin.testing.realnode import DrakitProcess, RealNode
-from plugin.testing.realnode import real_node as real_node
+from drakit.plugin.testing.realnode import DrakitProcess, RealNode
+from drakit.plugin.testing.realnode import real_node as real_node
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from discovery.model import Device, DeviceAttribute, DeviceHealth, Pool
-from discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from drakit.discovery.model import Device, DeviceAttribute, DeviceHealth, Pool
+from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
 
 POOL = "health"
 DEVICE = "flaky-0"

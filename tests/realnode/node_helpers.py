@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from plugin.testing.realnode import BUSYBOX_IMAGE, DrakitProcess, RealNode
+from drakit.plugin.testing.realnode import BUSYBOX_IMAGE, DrakitProcess, RealNode
 
 HERE = Path(__file__).resolve().parent
 

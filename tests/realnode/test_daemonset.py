@@ -36,8 +36,8 @@ from node_helpers import (
     wait_no_specs,
 )
 
-from plugin.testing.realcluster import wait_until
-from plugin.testing.realnode import RealNode
+from drakit.plugin.testing.realcluster import wait_until
+from drakit.plugin.testing.realnode import RealNode
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "deploy" / "image" / "build.sh"

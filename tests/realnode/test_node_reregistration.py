@@ -20,8 +20,8 @@ from node_helpers import (
 )
 from node_helpers import pod as make_pod
 
-from plugin.testing.realcluster import wait_until
-from plugin.testing.realnode import DrakitProcess, RealNode
+from drakit.plugin.testing.realcluster import wait_until
+from drakit.plugin.testing.realnode import DrakitProcess, RealNode
 
 
 def slices(node: RealNode) -> list[dict[str, Any]]:

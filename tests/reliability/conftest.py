@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from reliability_helpers import CASES
 
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.harness import DriverHarness
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

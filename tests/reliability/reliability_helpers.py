@@ -16,7 +16,7 @@ import grpc
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
 
 DEFAULT_TOTAL = 1300
 """Cases of the default run: the sum of the per-test shares (the gRPC share counts twice,
@@ -184,7 +184,7 @@ def reserve_anew(h: Any, claims: list[tuple[str, str, str]]) -> None:
     conflicts (409)."""
     import uuid
 
-    from plugin.testing.apiserver_errors import ApiError
+    from drakit.plugin.testing.apiserver_errors import ApiError
 
     assert h.app.status.flush(10)
     for ns, name, _uid in {c[2]: c for c in claims}.values():

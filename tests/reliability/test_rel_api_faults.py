@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from reliability_helpers import tree
 
-from plugin.testing.apiserver import FaultPlan
-from plugin.testing.apiserver_log import RequestRecord
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.apiserver import FaultPlan
+from drakit.plugin.testing.apiserver_log import RequestRecord
+from drakit.plugin.testing.harness import DriverHarness
 
 TWENTY_PERCENT: dict[str, Any] = dict(
     error_rate=0.06, conflict_rate=0.05, throttle_rate=0.04, drop_rate=0.05,
@@ -245,8 +245,8 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
     and keeps the claim behind, retrying (issue 16: status is reconciled, never given up
     while the claim is prepared); the claim stays prepared (status is best effort) and the
     metric counts it too. Once the server answers again the status is applied."""
-    from plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-    from plugin.status import StatusWriter
+    from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+    from drakit.plugin.status import StatusWriter
 
     dev = _published(h)[2]
     claim = h.allocate("status-fails", [dev])
@@ -261,7 +261,7 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
                           phase="PrepareCompleted",
                           devices=[PreparedDeviceRecord(request="req-0", pool=dev[0],
                                                         device=dev[1])])
-        from discovery.plugin import ClaimRef
+        from drakit.discovery.plugin import ClaimRef
 
         writer.write(ClaimRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
                      rec)

@@ -1,4 +1,5 @@
-"""CDI container edits from plugins, random but ContainerEdits-shaped, into cdi.store.SpecStore
+"""CDI container edits from plugins, random but ContainerEdits-shaped, into
+drakit.cdi.store.SpecStore
 and through NodeLogic (a plugin whose prepare returns them).
 
 Property: the model either refuses the data (pydantic ValidationError, raised inside the
@@ -22,17 +23,17 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from reliability_helpers import CASES, fuzz_settings, hostile_strings, json_values, weighted
 
-from cdi.errors import CDIError
-from cdi.spec import ContainerEdits
-from cdi.spec import Device as CDIDevice
-from cdi.store import SpecStore
-from cdi.testing import schema_validator
-from cdi.validate import load_spec_file
-from discovery.builtin.example import ExampleDiscovery
-from discovery.plugin import ClaimRef, DeviceRequest, DiscoveryContext, PreparedDevice
-from plugin.checkpoint import Checkpoint
-from plugin.inventory import Inventory
-from plugin.node import NodeLogic
+from drakit.cdi.errors import CDIError
+from drakit.cdi.spec import ContainerEdits
+from drakit.cdi.spec import Device as CDIDevice
+from drakit.cdi.store import SpecStore
+from drakit.cdi.testing import schema_validator
+from drakit.cdi.validate import load_spec_file
+from drakit.discovery.builtin.example import ExampleDiscovery
+from drakit.discovery.plugin import ClaimRef, DeviceRequest, DiscoveryContext, PreparedDevice
+from drakit.plugin.checkpoint import Checkpoint
+from drakit.plugin.inventory import Inventory
+from drakit.plugin.node import NodeLogic
 
 DRIVER = "drakit.example.com"
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "cdi-schema"

@@ -21,14 +21,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import CASES, fuzz_settings, hostile_strings, json_values, weighted
 
-from cdi.store import SpecStore
-from cdi.validate import load_spec_file
-from discovery.builtin.example import ExampleDiscovery
-from discovery.plugin import ClaimRef, DiscoveryContext
-from plugin.checkpoint import Checkpoint, ClaimRecord
-from plugin.inventory import Inventory
-from plugin.node import NodeLogic
-from plugin.status import build_entries
+from drakit.cdi.store import SpecStore
+from drakit.cdi.validate import load_spec_file
+from drakit.discovery.builtin.example import ExampleDiscovery
+from drakit.discovery.plugin import ClaimRef, DiscoveryContext
+from drakit.plugin.checkpoint import Checkpoint, ClaimRecord
+from drakit.plugin.inventory import Inventory
+from drakit.plugin.node import NodeLogic
+from drakit.plugin.status import build_entries
 
 DRIVER = "drakit.example.com"
 NODE = "node-1"

@@ -1,4 +1,4 @@
-"""Opaque configs with random JSON through plugin.claims (opaque_configs + typed_config) into
+"""Opaque configs with random JSON through drakit.plugin.claims (opaque_configs + typed_config) into
 strict models: the example plugin's ExampleConfig and a model with many field types.
 
 Property: either a model instance comes back, or a ClaimError whose message names the
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 from reliability_helpers import CASES, fuzz_settings, hostile_strings, json_values
 
-from discovery.builtin.example import ExampleConfig
-from plugin.claims import ClaimError, opaque_configs, typed_config
+from drakit.discovery.builtin.example import ExampleConfig
+from drakit.plugin.claims import ClaimError, opaque_configs, typed_config
 
 DRIVER = "drakit.example.com"
 API = "drakit.example.com/v1alpha1"

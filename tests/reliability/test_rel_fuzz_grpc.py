@@ -16,10 +16,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import CASES, RawDRA, fuzz_settings, hostile_strings, reserve_anew
 
-from plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
-from plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
-from plugin.names import InvalidNameError, check_claim_uid, check_namespace, check_object_name
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
+from drakit.plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
+from drakit.plugin.names import (
+    InvalidNameError,
+    check_claim_uid,
+    check_namespace,
+    check_object_name,
+)
+from drakit.plugin.testing.harness import DriverHarness
 
 Triple = tuple[str, str, str]
 

@@ -1,4 +1,5 @@
-"""Garbage sysfs contents for the built-in net and pci discoverers (discovery.testing.SysfsBuilder).
+"""Garbage sysfs contents for the built-in net and pci discoverers
+(drakit.discovery.testing.SysfsBuilder).
 
 Attribute files hold random bytes: empty, binary, invalid UTF-8, control characters, huge,
 numbers out of range, unicode digits; interface names and link targets are odd too.
@@ -18,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import CASES, fuzz_settings
 
-from discovery.builtin.net import NetDiscovery
-from discovery.builtin.pci import PciDiscovery
-from discovery.plugin import DiscoveryContext
-from discovery.testing import SysfsBuilder
-from plugin.slices.validate import validate_pool
+from drakit.discovery.builtin.net import NetDiscovery
+from drakit.discovery.builtin.pci import PciDiscovery
+from drakit.discovery.plugin import DiscoveryContext
+from drakit.discovery.testing import SysfsBuilder
+from drakit.plugin.slices.validate import validate_pool
 
 DRIVER = "drakit.example.com"
 

@@ -2,7 +2,7 @@
 
 Every test runs the real node agent (in-process, or ``drakit run`` as a child process) with
 the fake kubelet over real unix sockets and gRPC, and the embedded API server behind a
-:class:`plugin.testing.faultproxy.FaultProxy` that injects the faults. Figures measured
+:class:`drakit.plugin.testing.faultproxy.FaultProxy` that injects the faults. Figures measured
 (time to answer, threads, memory, convergence time) are printed (``-s`` shows them) and
 written to ``$DRAKIT_HOSTILE_REPORT`` (JSON lines) when that is set.
 """
@@ -25,12 +25,12 @@ from typing import Any, ClassVar
 import grpc
 import pytest
 
-from discovery.model import Device, Pool
-from discovery.plugin import DeviceRequest, DiscoveryContext, DiscoveryPlugin, PreparedDevice
-from plugin.testing.apiserver import EmbeddedAPIServer
-from plugin.testing.fake_kubelet import KubeletCallError
-from plugin.testing.faultproxy import Fault, FaultProxy
-from plugin.testing.harness import DriverHarness
+from drakit.discovery.model import Device, Pool
+from drakit.discovery.plugin import DeviceRequest, DiscoveryContext, DiscoveryPlugin, PreparedDevice
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.fake_kubelet import KubeletCallError
+from drakit.plugin.testing.faultproxy import Fault, FaultProxy
+from drakit.plugin.testing.harness import DriverHarness
 
 DRIVER = "drakit.example.com"
 NODE = "node-1"
@@ -289,7 +289,7 @@ def test_status_of_a_replaced_claim_is_left_alone_without_an_error(
         assert app.status.flush(10)
     assert app.metrics.status_errors._value.get() == errors_before
     assert not [r for r in caplog.records
-                if r.name == "plugin.status" and r.levelno >= logging.WARNING]
+                if r.name == "drakit.plugin.status" and r.levelno >= logging.WARNING]
     assert (b.h.claim(new) or {})["metadata"]["uid"] == uid(new)
 
 
@@ -394,7 +394,7 @@ def test_orphan_flags() -> None:
     """--orphan-grace-seconds and --orphan-check-seconds reach the settings."""
     import argparse
 
-    from plugin.config import add_run_arguments, settings_from_args
+    from drakit.plugin.config import add_run_arguments, settings_from_args
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)
@@ -499,7 +499,7 @@ def test_undecodable_and_huge_requests_are_logged_in_aggregate(
     """300 undecodable NodePrepareResources requests log at most a few lines and no
     traceback; a 10,000-claim request logs a handful of lines, not 10,000."""
     b = bench
-    from plugin.grpc.protocol import DRA_MODULES, DRA_V1
+    from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
 
     sock = b.h.kubelet.registered_plugins(DRIVER)[0].endpoint
     channel = grpc.insecure_channel(f"unix:{sock}")
@@ -543,10 +543,10 @@ def test_spec_replaced_by_a_symlink_is_written_again(bench: Bench, tmp_path: Pat
 
 def test_empty_container_edits_error_names_the_device(tmp_path: Path) -> None:
     """A CDI device with empty container edits is refused naming the device."""
-    from cdi.errors import SpecValidationError
-    from cdi.spec import ContainerEdits
-    from cdi.spec import Device as CDIDevice
-    from cdi.store import SpecStore
+    from drakit.cdi.errors import SpecValidationError
+    from drakit.cdi.spec import ContainerEdits
+    from drakit.cdi.spec import Device as CDIDevice
+    from drakit.cdi.store import SpecStore
 
     store = SpecStore(tmp_path, DRIVER, "device")
     with pytest.raises(SpecValidationError) as e:

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from reliability_helpers import tree
 
-from cdi.atomic import atomic_write
-from cdi.errors import SpecConflictError
-from cdi.hostnodes import HostNodes
-from cdi.spec import ContainerEdits, Device, DeviceNode
-from cdi.store import SpecStore
-from plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
-from plugin.testing.harness import DriverHarness
+from drakit.cdi.atomic import atomic_write
+from drakit.cdi.errors import SpecConflictError
+from drakit.cdi.hostnodes import HostNodes
+from drakit.cdi.spec import ContainerEdits, Device, DeviceNode
+from drakit.cdi.store import SpecStore
+from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
+from drakit.plugin.testing.harness import DriverHarness
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("plugin", "discovery", "cdi")

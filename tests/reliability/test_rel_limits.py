@@ -17,12 +17,12 @@ import grpc
 import pytest
 from reliability_helpers import RawDRA
 
-from discovery.plugin import ClaimRef
-from plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
-from plugin.grpc.protocol import DRA_MODULES, DRA_V1, DRA_V1BETA1
-from plugin.grpc.server import PluginServer
-from plugin.testing.harness import DriverHarness
-from plugin.types import PreparedDeviceRef, PrepareResult
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
+from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1, DRA_V1BETA1
+from drakit.plugin.grpc.server import PluginServer
+from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.types import PreparedDeviceRef, PrepareResult
 
 KUBELET_MAX_RECEIVE = 4 * 1024 * 1024
 MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize (resource.k8s.io)

@@ -23,18 +23,18 @@ from reliability_helpers import (
     tree,
 )
 
-from cdi.errors import CDIError
-from cdi.names import validate_claim_uid
-from cdi.spec import ContainerEdits
-from cdi.spec import Device as CDIDevice
-from cdi.store import SpecStore
-from discovery.model import Device, Pool
-from discovery.plugin import ClaimRef, DiscoveryContext, DiscoveryPlugin
-from plugin.checkpoint import Checkpoint
-from plugin.config import Settings
-from plugin.grpc.sockets import SocketPathError, SocketPaths
-from plugin.inventory import Inventory
-from plugin.names import (
+from drakit.cdi.errors import CDIError
+from drakit.cdi.names import validate_claim_uid
+from drakit.cdi.spec import ContainerEdits
+from drakit.cdi.spec import Device as CDIDevice
+from drakit.cdi.store import SpecStore
+from drakit.discovery.model import Device, Pool
+from drakit.discovery.plugin import ClaimRef, DiscoveryContext, DiscoveryPlugin
+from drakit.plugin.checkpoint import Checkpoint
+from drakit.plugin.config import Settings
+from drakit.plugin.grpc.sockets import SocketPathError, SocketPaths
+from drakit.plugin.inventory import Inventory
+from drakit.plugin.names import (
     InvalidNameError,
     check_claim_uid,
     check_device_name,
@@ -43,8 +43,8 @@ from plugin.names import (
     check_object_name,
     check_pool_name,
 )
-from plugin.node import NodeLogic
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.node import NodeLogic
+from drakit.plugin.testing.harness import DriverHarness
 
 TRAVERSAL = ["..", "../x", "a/../b", "/abs", "a/b", "a\x00b", "a\nb", "a\n", "\n", "", " a",
              "x" * 1000]
@@ -165,8 +165,8 @@ def test_hostile_names_through_the_real_agent(agent: DriverHarness) -> None:
     for i, bad in enumerate(HOSTILE_NAMES):
         hostile += [(bad, "name", f"uid-ns-{i}"), ("default", bad, f"uid-name-{i}"),
                     ("default", "name", bad), ("default", g[1], bad)]
-    from plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST
-    from plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
+    from drakit.plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST
+    from drakit.plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
 
     for version in (DRA_V1, DRA_V1BETA1):
         raw = RawDRA(h.app.server.paths.dra, version)

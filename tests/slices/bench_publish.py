@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from discovery.model import Device, Pool
-from plugin.resourceapi import ResourceAPI
-from plugin.slices.publisher import SlicePublisher
-from plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.discovery.model import Device, Pool
+from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.slices.publisher import SlicePublisher
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
 
 def inventory(n: int) -> list[Pool]:

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from plugin.slices import formats
-from plugin.slices.compare import carry_time_added, content_key
-from plugin.slices.convert import (
+from drakit.plugin.slices import formats
+from drakit.plugin.slices.compare import carry_time_added, content_key
+from drakit.plugin.slices.convert import (
     claim_from_version,
     claim_to_version,
     slice_from_version,
     slice_to_version,
 )
-from plugin.slices.quantity import QuantityError, parse
-from plugin.slices.rules import RuleOptions, validate_capacity
+from drakit.plugin.slices.quantity import QuantityError, parse
+from drakit.plugin.slices.rules import RuleOptions, validate_capacity
 
 
 @pytest.mark.parametrize(("text", "value", "canonical"), [

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from discovery.builtin.example import DEMO_FILE_K8S_137
-from discovery.model import (
+from drakit.discovery.builtin.example import DEMO_FILE_K8S_137
+from drakit.discovery.model import (
     CounterSet,
     Device,
     DeviceCounterConsumption,
@@ -22,12 +22,12 @@ from discovery.model import (
     list_attribute,
     versions,
 )
-from plugin.resourceapi import ResourceAPI
-from plugin.slices import convert, rules
-from plugin.slices.split import split_pool
-from plugin.slices.validate import validate_pool
-from plugin.testing.apiserver import EmbeddedAPIServer
-from plugin.testing.harness import DriverHarness
+from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.slices import convert, rules
+from drakit.plugin.slices.split import split_pool
+from drakit.plugin.slices.validate import validate_pool
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.plugin.testing.harness import DriverHarness
 
 DRIVER = "gpu.example.com"
 
@@ -243,7 +243,7 @@ def test_resource_api_leaves_out_what_the_server_does_not_serve(
         api_client = server.api_client()
         try:
             api = ResourceAPI(api_client)
-            with caplog.at_level(logging.WARNING, logger="plugin.resourceapi"):
+            with caplog.at_level(logging.WARNING, logger="drakit.plugin.resourceapi"):
                 created = api.create_slice(SLICE_137)
                 api.create_slice(SLICE_137)        # warned once per field, not per write
         finally:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from slices_helpers import DRIVER, NODE, wait_for
 
-from discovery.model import Device, Pool
-from plugin.slices.owner import NodeOwner, RecreateBackoff
-from plugin.slices.publisher import SlicePublisher
-from plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.discovery.model import Device, Pool
+from drakit.plugin.slices.owner import NodeOwner, RecreateBackoff
+from drakit.plugin.slices.publisher import SlicePublisher
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
 MakePublisher = Callable[..., SlicePublisher]
 

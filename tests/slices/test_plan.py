@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugin.slices.compare import content_key
-from plugin.slices.plan import plan_pool
+from drakit.plugin.slices.compare import content_key
+from drakit.plugin.slices.plan import plan_pool
 
 
 def spec(devices: list[str], node: str | None = "n1") -> dict[str, Any]:

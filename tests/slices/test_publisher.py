@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 
-from discovery.model import CounterSet, Device, DeviceTaint, Pool
-from plugin.resourceapi import ResourceAPI
-from plugin.slices.publisher import (
+from drakit.discovery.model import CounterSet, Device, DeviceTaint, Pool
+from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.slices.publisher import (
     PUBLISHER_NODE_LABEL,
     PublishError,
     SlicePublisher,
     cleanup_slices,
 )
-from plugin.slices.validate import SliceValidationError, ValidationIssue
-from plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
+from drakit.plugin.slices.validate import SliceValidationError, ValidationIssue
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
 
 MakePublisher = Callable[..., SlicePublisher]
 
@@ -83,7 +83,7 @@ def test_resync_keys_only_slices_whose_resource_version_changed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A resync with nothing changed computes no content key of a listed slice (they are
     reused by uid and resourceVersion); a slice edited by someone is keyed and fixed."""
-    import plugin.slices.publisher as publisher_module
+    import drakit.plugin.slices.publisher as publisher_module
 
     pub = make_publisher(server)
     pub.publish([pool(300)])

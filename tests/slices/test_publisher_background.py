@@ -16,10 +16,10 @@ from typing import Any
 
 from slices_helpers import DRIVER, NODE, wait_for
 
-from discovery.model import Device, Pool
-from plugin.retry import Backoff
-from plugin.slices.publisher import SlicePublisher
-from plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
+from drakit.discovery.model import Device, Pool
+from drakit.plugin.retry import Backoff
+from drakit.plugin.slices.publisher import SlicePublisher
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
 
 MakePublisher = Callable[..., SlicePublisher]
 REPO = Path(__file__).resolve().parents[2]
@@ -154,9 +154,9 @@ def test_two_agents_started_together_do_not_resync_in_the_same_second(
 AGENT = """
 import json, sys, time
 from kubernetes import client, config
-from discovery.model import Device, Pool
-from plugin.resourceapi import ResourceAPI
-from plugin.slices.publisher import SlicePublisher
+from drakit.discovery.model import Device, Pool
+from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.slices.publisher import SlicePublisher
 kubeconfig, node, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 api = ResourceAPI(config.new_client_from_config(kubeconfig))
 pub = SlicePublisher(api, "gpu.example.com", node, resync_period=30, watch_delay=0.5,

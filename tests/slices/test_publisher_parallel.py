@@ -13,10 +13,10 @@ import pytest
 from kubernetes.client import ApiException
 from slices_helpers import DRIVER, NODE, wait_for
 
-from discovery.model import Device, Pool
-from plugin.resourceapi import ResourceAPI
-from plugin.slices.publisher import PublishError, SlicePublisher
-from plugin.testing.apiserver import EmbeddedAPIServer
+from drakit.discovery.model import Device, Pool
+from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.slices.publisher import PublishError, SlicePublisher
+from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
 MakePublisher = Callable[..., SlicePublisher]
 
@@ -159,7 +159,7 @@ def test_own_create_seen_by_the_watch_before_its_answer_is_not_foreign(
     try:
         wait_for(lambda: pub.watching, what="watch to open")
         server.clear_requests()
-        with caplog.at_level("INFO", logger="plugin.slices.publisher"):
+        with caplog.at_level("INFO", logger="drakit.plugin.slices.publisher"):
             report = pub.publish([pool(1), pool(1, name="second")])   # one create
             assert report is not None and report.creates == 1
             time.sleep(0.5)                       # a resync would come 0.05 s after the event

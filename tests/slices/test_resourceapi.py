@@ -14,7 +14,7 @@ import urllib3
 from kubernetes.client import ApiClient, ApiException, Configuration
 from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 
-from plugin.resourceapi import (
+from drakit.plugin.resourceapi import (
     Backoff,
     ErrorKind,
     ResourceAPI,
@@ -22,7 +22,7 @@ from plugin.resourceapi import (
     classify,
     retry_after_seconds,
 )
-from plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
+from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
 
 VERSIONS = [("v1",), ("v1beta2", "v1beta1"), ("v1beta1",)]
 Factory = Callable[..., EmbeddedAPIServer]
@@ -162,7 +162,7 @@ def test_auth_refresh_hook_runs_at_most_once_per_reuse_period(
     """The configuration's refresh hook (set by the kubeconfig loader for expiring tokens)
     is not re-run on every request, and a refreshed token is sent once the reuse period
     (``AUTH_REUSE_SECONDS``) is over."""
-    import plugin.resourceapi as ra
+    import drakit.plugin.resourceapi as ra
 
     clock = [1000.0]
     monkeypatch.setattr(ra.time, "monotonic", lambda: clock[0])
@@ -251,7 +251,7 @@ def test_refreshed_token_is_sent_once_the_reuse_period_is_over(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Headers are built once per auth computation: a token refreshed by the hook reaches
     the server with the first request after :data:`AUTH_REUSE_SECONDS`, not before."""
-    import plugin.resourceapi as ra
+    import drakit.plugin.resourceapi as ra
 
     clock = [1000.0]
     monkeypatch.setattr(ra.time, "monotonic", lambda: clock[0])
@@ -354,6 +354,6 @@ def test_auth_query_parameters_come_first(monkeypatch: pytest.MonkeyPatch) -> No
 def test_path_segments_are_quoted_like_the_generated_client(segment: str) -> None:
     from urllib.parse import quote
 
-    from plugin.resourceapi import _q
+    from drakit.plugin.resourceapi import _q
 
     assert _q(segment) == quote(segment, safe="")

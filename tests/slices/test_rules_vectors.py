@@ -1,4 +1,5 @@
-"""The fact sheet's test vectors (resource-api-validation.md §15) against plugin.slices.rules.
+"""The fact sheet's test vectors (resource-api-validation.md §15) against
+drakit.plugin.slices.rules.
 
 Each vector is a change to the baseline slice S and the errors the API server reports,
 compared on (path, type) and, where the sheet gives it, the full rendered text.
@@ -12,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from plugin.slices import formats
-from plugin.slices.rules import RuleOptions, validate_slice
+from drakit.plugin.slices import formats
+from drakit.plugin.slices.rules import RuleOptions, validate_slice
 
 BAD = "!@#$%^"
 

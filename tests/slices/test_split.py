@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from discovery.model import CounterSet, Device, Pool
-from plugin.slices.rules import validate_spec
-from plugin.slices.split import natural_key, split_pool
-from plugin.slices.validate import ValidatedPool, validate_pool
+from drakit.discovery.model import CounterSet, Device, Pool
+from drakit.plugin.slices.rules import validate_spec
+from drakit.plugin.slices.split import natural_key, split_pool
+from drakit.plugin.slices.validate import ValidatedPool, validate_pool
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"

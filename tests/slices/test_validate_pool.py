@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from discovery.model import CounterSet, Device, DeviceAttribute, Pool
-from plugin.slices import formats
-from plugin.slices.rules import SERVER_PARITY, validate_attribute
-from plugin.slices.validate import SliceValidationError, validate_pool, validate_pools
+from drakit.discovery.model import CounterSet, Device, DeviceAttribute, Pool
+from drakit.plugin.slices import formats
+from drakit.plugin.slices.rules import SERVER_PARITY, validate_attribute
+from drakit.plugin.slices.validate import SliceValidationError, validate_pool, validate_pools
 
 DRIVER = "gpu.example.com"
 NODE = "node-a"

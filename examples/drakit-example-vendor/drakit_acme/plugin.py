@@ -25,8 +25,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from cdi.spec import ContainerEdits, DeviceNode
-from discovery import (
+from drakit.cdi.spec import ContainerEdits, DeviceNode
+from drakit.discovery import (
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from plugin._proto.dra.v1 import api_pb2 as plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2
+from drakit.plugin._proto.dra.v1 import api_pb2 as drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + f' but the generated code in plugin/_proto/dra/v1/api_pb2_grpc.py depends on'
+        + f' but the generated code in drakit/plugin/_proto/dra/v1/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class DRAPluginStub(object):
         """
         self.NodePrepareResources = channel.unary_unary(
                 '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
-                request_serializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesRequest.SerializeToString,
-                response_deserializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesResponse.FromString,
+                request_serializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesRequest.SerializeToString,
+                response_deserializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesResponse.FromString,
                 _registered_method=True)
         self.NodeUnprepareResources = channel.unary_unary(
                 '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources',
-                request_serializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesRequest.SerializeToString,
-                response_deserializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesResponse.FromString,
+                request_serializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesRequest.SerializeToString,
+                response_deserializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_DRAPluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodePrepareResources': grpc.unary_unary_rpc_method_handler(
                     servicer.NodePrepareResources,
-                    request_deserializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesRequest.FromString,
-                    response_serializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesResponse.SerializeToString,
+                    request_deserializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesRequest.FromString,
+                    response_serializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesResponse.SerializeToString,
             ),
             'NodeUnprepareResources': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeUnprepareResources,
-                    request_deserializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesRequest.FromString,
-                    response_serializer=plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesResponse.SerializeToString,
+                    request_deserializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesRequest.FromString,
+                    response_serializer=drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class DRAPlugin(object):
             request,
             target,
             '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
-            plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesRequest.SerializeToString,
-            plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesResponse.FromString,
+            drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesRequest.SerializeToString,
+            drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodePrepareResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class DRAPlugin(object):
             request,
             target,
             '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources',
-            plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesRequest.SerializeToString,
-            plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesResponse.FromString,
+            drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesRequest.SerializeToString,
+            drakit_dot_plugin_dot___proto_dot_dra_dot_v1_dot_api__pb2.NodeUnprepareResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

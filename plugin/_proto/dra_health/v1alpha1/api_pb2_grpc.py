@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from plugin._proto.dra_health.v1alpha1 import api_pb2 as plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2
+from drakit.plugin._proto.dra_health.v1alpha1 import api_pb2 as drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + f' but the generated code in plugin/_proto/dra_health/v1alpha1/api_pb2_grpc.py depends on'
+        + f' but the generated code in drakit/plugin/_proto/dra_health/v1alpha1/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class DRAResourceHealthStub(object):
         """
         self.NodeWatchResources = channel.unary_stream(
                 '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-                request_serializer=plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
-                response_deserializer=plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
+                request_serializer=drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
+                response_deserializer=drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -57,8 +57,8 @@ def add_DRAResourceHealthServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodeWatchResources': grpc.unary_stream_rpc_method_handler(
                     servicer.NodeWatchResources,
-                    request_deserializer=plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.FromString,
-                    response_serializer=plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.SerializeToString,
+                    request_deserializer=drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.FromString,
+                    response_serializer=drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,8 +86,8 @@ class DRAResourceHealth(object):
             request,
             target,
             '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-            plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
-            plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
+            drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesRequest.SerializeToString,
+            drakit_dot_plugin_dot___proto_dot_dra__health_dot_v1alpha1_dot_api__pb2.NodeWatchResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
