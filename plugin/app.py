@@ -24,8 +24,8 @@ from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.config import Settings
-from drakit.plugin.grpc.server import PluginServer
 from drakit.plugin.inventory import Inventory
+from drakit.plugin.kubelet.server import PluginServer
 from drakit.plugin.metrics import Metrics, drop_kind
 from drakit.plugin.node import NodeLogic
 from drakit.plugin.orphans import NodePods, OrphanSweeper

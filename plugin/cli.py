@@ -92,7 +92,7 @@ def _run(argv: Sequence[str]) -> int:
 def _expected_start_errors() -> tuple[type[BaseException], ...]:
     from drakit.discovery.loader import PluginLoadError
     from drakit.plugin.app import KubeConfigError
-    from drakit.plugin.grpc.sockets import SocketInUseError
+    from drakit.plugin.kubelet.sockets import SocketInUseError
 
     return (OSError, ValueError, PluginLoadError, SocketInUseError, KubeConfigError)
 

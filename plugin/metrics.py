@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import platform
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -29,6 +30,11 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+
+from drakit.plugin.events import Events
+
+if TYPE_CHECKING:
+    from drakit.plugin.slices.validate import ValidationIssue
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -203,3 +209,34 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class MetricEvents(Events):
+    """The agent's :class:`drakit.plugin.events.Events`: each event counted in ``metrics``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def claim_prepared(self, ok: bool, seconds: float) -> None:
+        self.metrics.claim_prepared(ok, seconds)
+
+    def claim_unprepared(self, ok: bool, seconds: float) -> None:
+        self.metrics.claim_unprepared(ok, seconds)
+
+    def checkpoint_error(self, message: str) -> None:
+        self.metrics.checkpoint_errors.inc()
+
+    def status_invalid(self, reason: str) -> None:
+        self.metrics.status_invalid.inc()
+
+    def status_error(self, reason: str) -> None:
+        self.metrics.status_errors.inc()
+
+    def slice_validation_issue(self, issue: ValidationIssue) -> None:
+        self.metrics.validation_drop(drop_kind(issue.action))
+
+    def slice_write(self, verb: str, pool: str) -> None:
+        self.metrics.slice_write(verb)
+
+    def publish_error(self, error: BaseException) -> None:
+        self.metrics.publish_errors.inc()

@@ -1,6 +1,6 @@
 """Version-neutral types between the gRPC servers and the node logic.
 
-The gRPC layer (drakit.plugin.grpc) converts v1 / v1beta1 messages to and from these; the node
+The gRPC layer (drakit.plugin.kubelet) converts v1 / v1beta1 messages to and from these; the node
 logic (drakit.plugin.node) never sees a protobuf message.
 """
 

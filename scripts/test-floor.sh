@@ -27,4 +27,4 @@ if wrong:
     raise SystemExit(f"floor venv has the wrong versions of {wrong}: {got}")
 PY
 exec "$VENV/bin/python" -m pytest -q -ra -p no:cacheprovider \
-  tests/grpc tests/node tests/integration tests/docs "$@"
+  tests/kubelet tests/node tests/integration tests/docs "$@"

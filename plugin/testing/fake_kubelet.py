@@ -47,7 +47,7 @@ import grpc
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from drakit.plugin.grpc.protocol import (
+from drakit.plugin.kubelet.protocol import (
     DRA_MODULES,
     DRA_PLUGIN_TYPE,
     DRA_V1,

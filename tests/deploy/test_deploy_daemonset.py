@@ -26,7 +26,7 @@ from deploy_helpers import (
 
 from drakit.discovery.builtin import BUILTIN_PLUGINS
 from drakit.plugin.config import Settings, add_run_arguments, settings_from_args
-from drakit.plugin.grpc.sockets import SocketPaths
+from drakit.plugin.kubelet.sockets import SocketPaths
 
 # CLI variables the DaemonSet leaves unset on purpose, and why.
 LEFT_TO_DEFAULT = {

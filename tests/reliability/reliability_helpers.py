@@ -16,7 +16,7 @@ import grpc
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1
 
 DEFAULT_TOTAL = 1300
 """Cases of the default run: the sum of the per-test shares (the gRPC share counts twice,

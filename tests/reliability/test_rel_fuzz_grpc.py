@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import CASES, RawDRA, fuzz_settings, hostile_strings, reserve_anew
 
-from drakit.plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
-from drakit.plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
+from drakit.plugin.kubelet.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
+from drakit.plugin.kubelet.protocol import DRA_V1, DRA_V1BETA1
 from drakit.plugin.names import (
     InvalidNameError,
     check_claim_uid,

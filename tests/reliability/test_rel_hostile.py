@@ -499,7 +499,7 @@ def test_undecodable_and_huge_requests_are_logged_in_aggregate(
     """300 undecodable NodePrepareResources requests log at most a few lines and no
     traceback; a 10,000-claim request logs a handful of lines, not 10,000."""
     b = bench
-    from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
+    from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1
 
     sock = b.h.kubelet.registered_plugins(DRIVER)[0].endpoint
     channel = grpc.insecure_channel(f"unix:{sock}")

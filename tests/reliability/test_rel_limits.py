@@ -18,9 +18,9 @@ import pytest
 from reliability_helpers import RawDRA
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
-from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1, DRA_V1BETA1
-from drakit.plugin.grpc.server import PluginServer
+from drakit.plugin.kubelet.dra import MAX_CLAIMS_PER_REQUEST, MAX_ERROR_BYTES
+from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1, DRA_V1BETA1
+from drakit.plugin.kubelet.server import PluginServer
 from drakit.plugin.testing.harness import DriverHarness
 from drakit.plugin.types import PreparedDeviceRef, PrepareResult
 

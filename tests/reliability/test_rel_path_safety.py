@@ -32,8 +32,8 @@ from drakit.discovery.model import Device, Pool
 from drakit.discovery.plugin import ClaimRef, DiscoveryContext, DiscoveryPlugin
 from drakit.plugin.checkpoint import Checkpoint
 from drakit.plugin.config import Settings
-from drakit.plugin.grpc.sockets import SocketPathError, SocketPaths
 from drakit.plugin.inventory import Inventory
+from drakit.plugin.kubelet.sockets import SocketPathError, SocketPaths
 from drakit.plugin.names import (
     InvalidNameError,
     check_claim_uid,
@@ -165,8 +165,8 @@ def test_hostile_names_through_the_real_agent(agent: DriverHarness) -> None:
     for i, bad in enumerate(HOSTILE_NAMES):
         hostile += [(bad, "name", f"uid-ns-{i}"), ("default", bad, f"uid-name-{i}"),
                     ("default", "name", bad), ("default", g[1], bad)]
-    from drakit.plugin.grpc.dra import MAX_CLAIMS_PER_REQUEST
-    from drakit.plugin.grpc.protocol import DRA_V1, DRA_V1BETA1
+    from drakit.plugin.kubelet.dra import MAX_CLAIMS_PER_REQUEST
+    from drakit.plugin.kubelet.protocol import DRA_V1, DRA_V1BETA1
 
     for version in (DRA_V1, DRA_V1BETA1):
         raw = RawDRA(h.app.server.paths.dra, version)

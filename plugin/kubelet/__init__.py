@@ -4,15 +4,15 @@ Public entry point: :class:`PluginServer`. Everything here speaks protobuf on on
 the version-neutral :mod:`drakit.plugin.types` on the other.
 """
 
-from drakit.plugin.grpc.dra import DraNodeServicer
-from drakit.plugin.grpc.health import HealthStreamServicer, truncate_message
-from drakit.plugin.grpc.registration import (
+from drakit.plugin.kubelet.dra import DraNodeServicer
+from drakit.plugin.kubelet.health import HealthStreamServicer, truncate_message
+from drakit.plugin.kubelet.registration import (
     RegistrationServicer,
     RegistrationState,
     RegistrationStatus,
 )
-from drakit.plugin.grpc.server import PluginServer
-from drakit.plugin.grpc.sockets import (
+from drakit.plugin.kubelet.server import PluginServer
+from drakit.plugin.kubelet.sockets import (
     SocketInUseError,
     SocketPathError,
     SocketPaths,

@@ -26,8 +26,9 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.grpc.protocol import DRA_MODULES, DRA_V1
+from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1
 from drakit.plugin.retry import call_deadline
 from drakit.plugin.types import NodeService, PrepareResult
 

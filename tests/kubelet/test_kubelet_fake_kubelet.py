@@ -20,7 +20,7 @@ from dra_grpc_stubs import DRIVER
 
 from drakit.plugin._proto.dra.v1 import api_pb2 as dra_v1
 from drakit.plugin._proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
-from drakit.plugin.grpc import PluginServer, RegistrationServicer, RegistrationState
+from drakit.plugin.kubelet import PluginServer, RegistrationServicer, RegistrationState
 from drakit.plugin.testing import (
     FakeKubelet,
     KubeletCallError,
@@ -169,7 +169,7 @@ PLUGIN_PROCESS = """
 import signal, sys, threading
 sys.path.insert(0, sys.argv[3])
 from dra_grpc_stubs import StubHealthSource, StubNodeService
-from drakit.plugin.grpc import PluginServer
+from drakit.plugin.kubelet import PluginServer
 server = PluginServer("gpu.example.com", StubNodeService(), StubHealthSource(), sys.argv[1],
                       sys.argv[2], watch_interval=0.05)
 done = threading.Event()

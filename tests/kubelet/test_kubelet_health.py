@@ -10,8 +10,8 @@ from dra_grpc_stubs import DRIVER, StubHealthSource
 
 from drakit.plugin._proto.dra_health.v1alpha1 import api_pb2 as h1a1
 from drakit.plugin._proto.dra_health.v1alpha1 import api_pb2_grpc as h1a1_grpc
-from drakit.plugin.grpc import PluginServer
-from drakit.plugin.grpc.health import HealthStreamServicer, health_status_name, truncate_message
+from drakit.plugin.kubelet import PluginServer
+from drakit.plugin.kubelet.health import HealthStreamServicer, health_status_name, truncate_message
 from drakit.plugin.testing import FakeKubelet, KubeletCheckError
 from drakit.plugin.types import DeviceHealthEntry
 

@@ -19,7 +19,8 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-from drakit.plugin.grpc.protocol import HEALTH_MODULES, HEALTH_V1
+
+from drakit.plugin.kubelet.protocol import HEALTH_MODULES, HEALTH_V1
 from drakit.plugin.types import DeviceHealthEntry, HealthSource
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drakit.plugin.grpc.sockets import (
+from drakit.plugin.kubelet.sockets import (
     MAX_SOCKET_PATH_BYTES,
     SocketInUseError,
     SocketPathError,

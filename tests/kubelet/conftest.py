@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from dra_grpc_stubs import DRIVER, StubHealthSource, StubNodeService
 
-from drakit.plugin.grpc import PluginServer
+from drakit.plugin.kubelet import PluginServer
 from drakit.plugin.types import DeviceHealthEntry
 
 

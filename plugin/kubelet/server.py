@@ -8,7 +8,7 @@ registration socket, ``pluginregistration.Registration``. Behaviour from the fac
 - The DRA server starts first, then the registration server (the kubelet dials the endpoint
   as soon as it sees the registration socket).
 - A stale socket file of this instance is removed before listening; another instance's
-  socket is never touched (paths are unique per pod UID; see :mod:`drakit.plugin.grpc.sockets`).
+  socket is never touched (paths are unique per pod UID; see :mod:`drakit.plugin.kubelet.sockets`).
 - A watcher thread re-creates the registration socket when its file disappears (a kubelet
   restart wipes the registrar directory) and then calls ``on_reregister`` (the app
   republishes its ResourceSlices there, because the kubelet deleted them at start).
@@ -28,24 +28,24 @@ from concurrent import futures
 from pathlib import Path
 from types import TracebackType
 
+import grpc
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import grpc
-from drakit.plugin.grpc.dra import DraNodeServicer
-from drakit.plugin.grpc.health import (
+from drakit.plugin.kubelet.dra import DraNodeServicer
+from drakit.plugin.kubelet.health import (
     DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS,
     DEFAULT_RESEND_INTERVAL,
     HealthStreamServicer,
 )
-from drakit.plugin.grpc.protocol import (
+from drakit.plugin.kubelet.protocol import (
     DRA_SERVICES,
     HEALTH_SERVICES,
     grpc_service_name,
     supported_versions,
 )
-from drakit.plugin.grpc.registration import RegistrationServicer, RegistrationState
-from drakit.plugin.grpc.sockets import (
+from drakit.plugin.kubelet.registration import RegistrationServicer, RegistrationState
+from drakit.plugin.kubelet.sockets import (
     SOCKET_MODE,
     SocketPaths,
     ensure_dir,
@@ -83,8 +83,8 @@ class PluginServer:
             re-created because its file disappeared.
         stop_grace: seconds in-flight RPCs get on ``stop()``.
 
-    Raises :class:`drakit.plugin.grpc.sockets.SocketPathError` for a bad driver name / pod UID or a
-    socket path that does not fit.
+    Raises :class:`drakit.plugin.kubelet.sockets.SocketPathError` for a bad driver name / pod UID
+    or a socket path that does not fit.
     """
 
     def __init__(
@@ -157,8 +157,8 @@ class PluginServer:
     def start(self) -> None:
         """Start the DRA server, then the registration server, then the watcher thread.
 
-        Raises :class:`drakit.plugin.grpc.sockets.SocketInUseError` when a live process serves one
-        of this instance's paths, ``RuntimeError`` when gRPC cannot bind.
+        Raises :class:`drakit.plugin.kubelet.sockets.SocketInUseError` when a live process serves
+        one of this instance's paths, ``RuntimeError`` when gRPC cannot bind.
         """
         with self._lock:
             if self._dra_server is not None:

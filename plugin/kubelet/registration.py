@@ -4,7 +4,7 @@ GetInfo answers from fixed data (the kubelet gives it a 1 s deadline). The kubel
 arrives through NotifyRegistrationStatus and is kept in a :class:`RegistrationState` that the
 rest of the plugin can read and wait on. A rejection (``plugin_registered=false``) is logged
 as an error with the kubelet's reason and makes the plugin not ready; the owner (the
-:class:`drakit.plugin.grpc.server.PluginServer`) re-creates the registration socket with backoff,
+:class:`drakit.plugin.kubelet.server.PluginServer`) re-creates the registration socket with backoff,
 because the kubelet does not retry a plugin it already rejected on the same socket
 (fact sheet §1.6).
 """
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from drakit.plugin.grpc.protocol import DRA_PLUGIN_TYPE
+from drakit.plugin.kubelet.protocol import DRA_PLUGIN_TYPE
 
 log = logging.getLogger(__name__)
 

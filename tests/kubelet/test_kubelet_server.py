@@ -19,8 +19,8 @@ from drakit.plugin._proto.dra.v1 import api_pb2 as dra_v1
 from drakit.plugin._proto.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from drakit.plugin.grpc import PluginServer, SocketInUseError
-from drakit.plugin.grpc.sockets import MAX_SOCKET_PATH_BYTES
+from drakit.plugin.kubelet import PluginServer, SocketInUseError
+from drakit.plugin.kubelet.sockets import MAX_SOCKET_PATH_BYTES
 from drakit.plugin.testing import FakeKubelet, KubeletCheckError, choose_dra_version
 from drakit.plugin.types import PrepareResult
 
@@ -262,7 +262,7 @@ def test_concurrent_prepares(make_server: MakeServer, fake_kubelet: FakeKubelet)
     assert results == {f"uid-{i}": "" for i in range(20)}
 
 
-def test_grpc_health_checking_on_dra_socket(make_server: MakeServer) -> None:
+def test_kubelet_health_checking_on_dra_socket(make_server: MakeServer) -> None:
     server = make_server()
     server.start()
     with grpc.insecure_channel(f"unix:{server.paths.dra}") as ch:
