@@ -29,9 +29,12 @@ from drakit.cdi.version import CDI_VERSIONS
 
 def build_parser(prog: str = "drakit cdi") -> argparse.ArgumentParser:
     """The argument parser of ``drakit cdi`` (subcommands ``list`` and ``validate``)."""
-    parser = argparse.ArgumentParser(prog=prog, description="Inspect and check CDI spec files.")
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Inspect and check CDI spec files.", allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="list spec files and their qualified device names")
+    p_list = sub.add_parser("list", help="list spec files and their qualified device names",
+                            allow_abbrev=False)
     p_list.add_argument(
         "--cdi-root",
         action="extend",
@@ -40,7 +43,8 @@ def build_parser(prog: str = "drakit cdi") -> argparse.ArgumentParser:
         help="spec directories (repeatable; default: /etc/cdi and /var/run/cdi)",
     )
     p_list.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p_val = sub.add_parser("validate", help="check spec files against the CDI rules")
+    p_val = sub.add_parser("validate", help="check spec files against the CDI rules",
+                           allow_abbrev=False)
     p_val.add_argument("files", nargs="+", metavar="FILE")
     p_val.add_argument(
         "--max-version",

@@ -64,7 +64,7 @@ def _fmt_attrs(d: dict[str, Any]) -> str:
 
 
 def demo_main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="drakit demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="drakit demo", description=__doc__, allow_abbrev=False)
     parser.add_argument("--discovery", default="net,pci")
     parser.add_argument("--driver-name", default="drakit.example.com")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")

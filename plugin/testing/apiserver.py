@@ -529,6 +529,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="drakit apiserver",
         description="Run drakit's embedded Kubernetes API server in the foreground.",
+        allow_abbrev=False,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=0, help="port (0: any free port)")

@@ -734,6 +734,7 @@ def fake_kubelet_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="drakit fake-kubelet",
         description="Act as a kubelet toward a DRA plugin: register it, then prepare/unprepare.",
+        allow_abbrev=False,
     )
     parser.add_argument("--registrar-dir", required=True,
                         help="kubelet plugin registrar directory to watch")
