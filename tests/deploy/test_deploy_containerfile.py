@@ -107,7 +107,9 @@ def test_wheels_stage_builds_drakit_and_downloads_the_pinned_requirements() -> N
     assert "pip download" in run and "--only-binary=:all:" in run
     assert "-r /src/deploy/image/requirements.txt pip" in run
     copies = [rest for op, rest in wheels.instructions if op == "COPY"]
-    for source in ("pyproject.toml", "cdi", "discovery", "plugin",
+    # drakit/ holds the links that make plugin/, discovery/ and cdi/ the drakit.* packages:
+    # without it the wheel has no drakit package at all
+    for source in ("pyproject.toml", "cdi", "discovery", "plugin", "drakit",
                    "deploy/image/requirements.txt"):
         assert any(source in c for c in copies), f"wheels stage does not copy {source}"
         assert (REPO / source).exists()
