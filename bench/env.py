@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,24 @@ class BenchConfig:
 
     def tempdir(self, prefix: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.workdir))
+
+
+def byte_compile_drakit() -> None:
+    """Byte-compile drakit's modules into their ``__pycache__`` directories (ignored by git),
+    as the image's installer does (deploy/image/install.sh), before the bench spawns agents.
+
+    The Go driver is built once; without this, ``PYTHONDONTWRITEBYTECODE`` (set on this
+    machine) makes every agent run from the checkout compile every drakit module from
+    source at start: ~70 ms of CPU and ~4 MB of RSS that a deployed agent does not have.
+    compileall skips what is up to date and does not descend into symbolic links
+    (``drakit/plugin``, ``drakit/discovery`` and ``drakit/cdi`` are links, so each is named).
+    """
+    import drakit
+
+    root = Path(next(iter(drakit.__path__)))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root),
+                    *(str(p) for p in sorted(root.iterdir()) if p.is_symlink())],
+                   check=True, timeout=120)
 
 
 def example_options(count: int) -> dict[str, dict[str, Any]]:

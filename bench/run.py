@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.env import BenchConfig
+from bench.env import BenchConfig, byte_compile_drakit
 from bench.figures import SPECS, Result, fmt
 
 log = logging.getLogger("bench")
@@ -136,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(e))
     workdir = Path(tempfile.mkdtemp(prefix="drakit-bench-", dir=args.workdir))
     cfg = BenchConfig(quick=args.quick, workdir=workdir, keep=args.keep)
+    byte_compile_drakit()  # the agents start as the image's do: from byte-compiled modules
     results: dict[str, Result] = {}
     crashed: list[str] = []
     started = time.monotonic()

@@ -4,13 +4,16 @@ No timing is asserted (machines are shared): only shapes and that figures were m
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.env import byte_compile_drakit
 from bench.figures import SPECS, Goal, Result
 from bench.pydra import pydra_dir
 from bench.run import _groups, ratios, select, table
@@ -30,6 +33,23 @@ def test_percentile_and_summary() -> None:
         percentile([], 50)
     with pytest.raises(ValueError):
         percentile([1.0], 101)
+
+
+def test_agent_modules_byte_compiled() -> None:
+    """The bench's agents load drakit from byte code, as the image's do (also behind the
+    ``drakit/plugin`` link, which compileall does not follow by itself)."""
+    import drakit.discovery.builtin.example
+    import drakit.plugin.kubelet.server
+
+    modules = (drakit.plugin.kubelet.server, drakit.discovery.builtin.example)
+    for module in modules:
+        pyc = Path(importlib.util.cache_from_source(module.__file__ or ""))
+        pyc.unlink(missing_ok=True)
+    byte_compile_drakit()
+    for module in modules:
+        pyc = Path(importlib.util.cache_from_source(module.__file__ or ""))
+        assert pyc.is_file(), pyc
+        assert os.stat(pyc).st_mtime >= os.stat(module.__file__ or "").st_mtime
 
 
 def test_goal_verdicts() -> None:
