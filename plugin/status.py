@@ -27,7 +27,6 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -36,6 +35,7 @@ from drakit.discovery.builtin.net import canonical_cidr
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.events import Events
 from drakit.plugin.retry import Backoff, ErrorKind, classify, describe
 from drakit.plugin.slices import formats
 
@@ -206,10 +206,10 @@ def build_entry(driver: str, d: PreparedDeviceRecord, path: str, now: str) -> di
 
 
 def build_entries(
-    driver: str, rec: ClaimRecord, on_invalid: Callable[[str], None] | None = None
+    driver: str, rec: ClaimRecord, events: Events | None = None
 ) -> list[dict[str, Any]]:
     """Entries for every device of ``rec``; invalid ones are left out, logged and reported
-    through ``on_invalid(reason)``. Duplicated keys keep the first entry."""
+    as ``events.status_invalid(reason)``. Duplicated keys keep the first entry."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     entries: list[dict[str, Any]] = []
     keys: set[tuple[str, str, str, str | None]] = set()
@@ -223,8 +223,8 @@ def build_entries(
             keys.add(key)
         except StatusError as e:
             log.warning("AllocatedDeviceStatus left out: %s", e, extra={"claim_uid": rec.uid})
-            if on_invalid:
-                on_invalid(str(e))
+            if events is not None:
+                events.status_invalid(str(e))
     return entries
 
 
@@ -272,7 +272,7 @@ class StatusWriter:
     fails, and is only given up when the claim is gone or was re-created under the same
     name, when a newer desired state replaces it, or on an error no retry can fix (400,
     403, 422 other than the UID precondition). After ``max_attempts`` failed attempts the
-    claim is reported once (logged, ``on_error``); :attr:`behind` counts the claims whose
+    claim is reported once (logged, ``events.status_error``); :attr:`behind` counts the claims whose
     status is not applied yet. ``field_manager`` defaults to ``drakit/<driver>``.
     ``calls``: kubelet calls in flight; a write waits while there are any, at most
     ``defer_seconds`` (default :data:`DEFER_SECONDS`) after its claim was first queued.
@@ -284,8 +284,7 @@ class StatusWriter:
         driver: str,
         field_manager: str | None = None,
         max_attempts: int = 8,
-        on_invalid: Callable[[str], None] | None = None,
-        on_error: Callable[[str], None] | None = None,
+        events: Events | None = None,
         calls: KubeletCalls | None = None,
         defer_seconds: float = DEFER_SECONDS,
         max_retry_seconds: float = 30.0,
@@ -298,8 +297,7 @@ class StatusWriter:
         self.max_attempts = max_attempts
         self.backoff = Backoff(initial=0.1, max_delay=max_retry_seconds, jitter=0.5,
                                max_retry_after=max_retry_seconds)
-        self.on_invalid = on_invalid
-        self.on_error = on_error
+        self.events = events if events is not None else Events()
         self._cond = threading.Condition()
         # claim UID → its desired status; in first-queued order
         self._pending: dict[str, _Want] = {}
@@ -318,7 +316,7 @@ class StatusWriter:
 
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None:
         """Queue the entries of a prepared claim."""
-        self._enqueue(claim, build_entries(self.driver, record, self.on_invalid))
+        self._enqueue(claim, build_entries(self.driver, record, self.events))
 
     def remove(self, claim: ClaimRef) -> None:
         """Queue the removal of this driver's entries of ``claim`` (a missing claim is fine)."""
@@ -435,5 +433,4 @@ class StatusWriter:
             why,
             extra={"claim_uid": claim.uid},
         )
-        if self.on_error:
-            self.on_error(why)
+        self.events.status_error(why)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.events import RecordedEvents
 from drakit.plugin.status import StatusError, build_entries, build_entry, canonical_ip
 
 NOW = "2026-01-01T00:00:00Z"
@@ -109,7 +110,8 @@ def test_invalid_entry_left_out_and_counted() -> None:
         PreparedDeviceRecord(request="r", pool="p", device="bad",
                              status={"data": [1]}),
     ])
-    reasons: list[str] = []
-    entries = build_entries("drv.example.com", rec, reasons.append)
+    events = RecordedEvents()
+    entries = build_entries("drv.example.com", rec, events)
+    reasons = [reason for (reason,) in events.named("status_invalid")]
     assert [e["device"] for e in entries] == ["good"]
     assert len(reasons) == 1 and "status.devices[1].data" in reasons[0]
