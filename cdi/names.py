@@ -20,11 +20,15 @@ bottom layer: ``discovery`` and ``plugin`` import it, never the reverse):
 - Kubernetes DNS label / subdomain formats (apimachinery ``IsDNS1123Label`` /
   ``IsDNS1123Subdomain``): :data:`DNS_LABEL_FMT`, :data:`DNS_SUBDOMAIN_FMT`;
 - the claim UID rule (:func:`claim_uid_error`), used by the kubelet-facing checks
-  (``drakit.plugin.names.check_claim_uid``) and by the CDI store alike.
+  (``drakit.plugin.names.check_claim_uid``) and by the CDI store alike;
+- the canonical form of an interface address in CIDR form (:func:`canonical_cidr`), the
+  ``networkData.ips`` rule the built-in ``net`` discoverer writes and
+  ``drakit.discovery.plugin.NetworkData`` checks.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 
@@ -255,3 +259,16 @@ def annotations_errors(annotations: Mapping[str, str]) -> list[tuple[str, str]]:
     if total > ANNOTATIONS_MAX_BYTES:
         out.append(("", f"annotations total {total} bytes, more than {ANNOTATIONS_MAX_BYTES}"))
     return out
+
+
+def canonical_cidr(address: str, prefix_len: int) -> str:
+    """``address``/``prefix_len`` in the API's canonical form: RFC 5952 IPv6, IPv4 without
+    leading zeros, an IPv4-mapped IPv6 address as IPv4 with the prefix length less 96, host
+    bits kept (``networkData.ips`` rule, resource-api-validation §2). ``ValueError`` when
+    ``address`` is malformed or ``prefix_len`` out of range."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return f"{ip.ipv4_mapped}/{max(prefix_len - 96, 0)}"
+    if not 0 <= prefix_len <= ip.max_prefixlen:
+        raise ValueError(f"prefix length {prefix_len} out of range for {address}")
+    return f"{ip}/{prefix_len}"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from drakit.discovery.builtin.net import canonical_cidr
+from drakit.cdi.names import canonical_cidr
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
