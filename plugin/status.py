@@ -1,14 +1,14 @@
 """AllocatedDeviceStatus on ResourceClaims (``status.devices[]``, resource.k8s.io/v1).
 
 For every prepared device the discovery plugin may report conditions, ``data`` and
-``networkData``; drakit validates each entry against the API's rules (§13 of the validation
-fact sheet: ≤ 8 conditions, valid conditions, data a JSON object ≤ 10 KiB, interfaceName
-≤ 256 bytes, hardwareAddress ≤ 128 bytes, ≤ 16 canonical CIDR ips without duplicates, and
-driver/pool/device/shareID equal to an allocation result) and writes them with server-side
-apply on the ``status`` subresource under this driver's field manager. The list is a map keyed
-by (driver, pool, device, shareID), so entries of other drivers and other field managers are
-never touched. An invalid entry is left out with a logged, counted reason: the device is
-still usable, so the prepare does not fail.
+``networkData`` as a :class:`drakit.discovery.model.DeviceStatus`, which checks the API's rules
+(§13 of the validation fact sheet) when the plugin builds it, so a status the API would refuse
+fails that prepare. Here each entry is converted to API JSON (and checked again: the
+checkpoint may come from an older drakit; driver/pool/device/shareID must be unique) and
+written with server-side apply on the ``status`` subresource under this driver's field
+manager. The list is a map keyed by (driver, pool, device, shareID), so entries of other
+drivers and other field managers are never touched. An entry that still breaks a rule is left
+out with a logged, counted reason (``events.status_invalid``): the device is usable.
 
 Writes happen on a background worker (latest desired state per claim wins; 409 and transient
 errors retry with capped backoff until the status holds, the claim is gone or replaced, or a
@@ -21,34 +21,26 @@ not slowed by the status of the first pods).
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from drakit.cdi.names import canonical_cidr
+from pydantic import ValidationError
+
+from drakit.discovery.model import DeviceStatus, status_error_messages
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.events import Events
 from drakit.plugin.retry import Backoff, ErrorKind, classify, describe
-from drakit.plugin.slices import formats
 
 log = logging.getLogger(__name__)
 
 #: Longest a status write waits for a moment without kubelet calls in flight (seconds).
 DEFER_SECONDS = 1.0
-MAX_CONDITIONS = 8
-MAX_DATA_BYTES = 10240
-MAX_INTERFACE_NAME = 256
-MAX_HARDWARE_ADDRESS = 128
-MAX_IPS = 16
-_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", re.ASCII)
 
 
 class StatusAPI(Protocol):
@@ -66,142 +58,20 @@ class StatusError(ValueError):
     """An AllocatedDeviceStatus entry that breaks an API rule; names the field path."""
 
 
-def _check_condition_type(value: Any, path: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise StatusError(f"{path}: Required value")
-    errors = formats.label_key(value, path)
-    if errors:
-        raise StatusError(str(errors[0]))
-
-
-def canonical_ip(value: Any, path: str) -> str:
-    """Check an interface address in CIDR form is canonical (``10.9.8.7/24``, RFC 5952 IPv6,
-    host bits allowed); return it. Raises StatusError naming ``path``."""
-    if not isinstance(value, str) or "/" not in value:
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
-            "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
-        )
-    try:
-        iface = ipaddress.ip_interface(value)
-    except ValueError:
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
-            "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
-        ) from None
-    canonical = canonical_cidr(str(iface.ip), iface.network.prefixlen)
-    if canonical != value:
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: must be in canonical form ({canonical!r})"
-        )
-    return value
-
-
 def build_entry(driver: str, d: PreparedDeviceRecord, path: str, now: str) -> dict[str, Any]:
-    """The ``status.devices[]`` entry for one prepared device (raises StatusError)."""
-    reported = d.status or {}
+    """The ``status.devices[]`` entry for one prepared device: its key (driver, pool,
+    device, shareID) and the plugin's :class:`~drakit.discovery.model.DeviceStatus` as API
+    JSON, ``now`` (RFC 3339) as the transition time of conditions without one. The status
+    is checked again (it comes from the checkpoint, which an older drakit may have
+    written): a broken rule raises :class:`StatusError` naming ``path`` and the field."""
+    try:
+        status = DeviceStatus.model_validate(d.status or {})
+    except ValidationError as e:
+        raise StatusError(status_error_messages(e, path)[0]) from None
     entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "device": d.device}
     if d.share_id:
         entry["shareID"] = d.share_id
-    conditions = reported.get("conditions")
-    if conditions is None:
-        conditions = [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Prepared",
-                "message": "device prepared by drakit",
-            }
-        ]
-    if len(conditions) > MAX_CONDITIONS:
-        raise StatusError(
-            f"{path}.conditions: Too many: {len(conditions)}: "
-            f"must have at most {MAX_CONDITIONS} items"
-        )
-    seen: set[str] = set()
-    out_conditions = []
-    for k, c in enumerate(conditions):
-        cp = f"{path}.conditions[{k}]"
-        _check_condition_type(c.get("type"), f"{cp}.type")
-        if c["type"] in seen:
-            raise StatusError(f"{cp}: Duplicate value: {c['type']!r}")
-        seen.add(c["type"])
-        if c.get("status") not in ("True", "False", "Unknown"):
-            raise StatusError(
-                f"{cp}.status: Unsupported value: {c.get('status')!r}: "
-                'supported values: "False", "True", "Unknown"'
-            )
-        reason = c.get("reason")
-        if not reason:
-            raise StatusError(f"{cp}.reason: Required value")
-        if len(reason.encode()) > 1024 or not _REASON.fullmatch(reason):
-            raise StatusError(
-                f"{cp}.reason: Invalid value: {reason!r}: "
-                f"must match {_REASON.pattern} and be at most 1024 bytes"
-            )
-        message = c.get("message") or ""
-        if len(message.encode()) > 32768:
-            raise StatusError(f"{cp}.message: Too long: may not be more than 32768 bytes")
-        og = c.get("observed_generation", c.get("observedGeneration"))
-        if og is not None and (not isinstance(og, int) or og < 0):
-            raise StatusError(f"{cp}.observedGeneration: must be greater than or equal to zero")
-        cond = {
-            "type": c["type"],
-            "status": c["status"],
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": c.get("last_transition_time")
-            or c.get("lastTransitionTime")
-            or now,
-        }
-        if og is not None:
-            cond["observedGeneration"] = og
-        out_conditions.append(cond)
-    entry["conditions"] = out_conditions
-    data = reported.get("data")
-    if data is not None:
-        if not isinstance(data, dict):
-            raise StatusError(
-                f'{path}.data: Invalid value: "<value omitted>": must be a valid JSON object'
-            )
-        size = len(json.dumps(data, separators=(",", ":")).encode())
-        if size > MAX_DATA_BYTES:
-            raise StatusError(f"{path}.data: Too long: may not be more than {MAX_DATA_BYTES} bytes")
-        entry["data"] = data
-    net = reported.get("network_data")
-    if net:
-        nd: dict[str, Any] = {}
-        name = net.get("interface_name")
-        if name:
-            if len(name.encode()) > MAX_INTERFACE_NAME:
-                raise StatusError(
-                    f"{path}.networkData.interfaceName: Too long: "
-                    f"may not be more than {MAX_INTERFACE_NAME} bytes"
-                )
-            nd["interfaceName"] = name
-        hw = net.get("hardware_address")
-        if hw:
-            if len(hw.encode()) > MAX_HARDWARE_ADDRESS:
-                raise StatusError(
-                    f"{path}.networkData.hardwareAddress: Too long: "
-                    f"may not be more than {MAX_HARDWARE_ADDRESS} bytes"
-                )
-            nd["hardwareAddress"] = hw
-        ips = net.get("ips") or []
-        if len(ips) > MAX_IPS:
-            raise StatusError(
-                f"{path}.networkData.ips: Too many: {len(ips)}: must have at most {MAX_IPS} items"
-            )
-        seen_ips: set[str] = set()
-        for k, ip in enumerate(ips):
-            canonical_ip(ip, f"{path}.networkData.ips[{k}]")
-            if ip in seen_ips:
-                raise StatusError(f"{path}.networkData.ips[{k}]: Duplicate value: {ip!r}")
-            seen_ips.add(ip)
-        if ips:
-            nd["ips"] = list(ips)
-        if nd:
-            entry["networkData"] = nd
+    entry.update(status.to_api(now))
     return entry
 
 
