@@ -205,6 +205,14 @@ class _Headers(NamedTuple):
     by_type: dict[str | None, dict[str, str]]
 
 
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    """Read and drop an answer (at most :data:`MAX_OBJECT_BYTES`) so its connection is
+    reused; the connection of a bigger answer is closed instead."""
+    if len(resp.read(MAX_OBJECT_BYTES + 1)) > MAX_OBJECT_BYTES:
+        resp.close()
+    resp.release_conn()
+
+
 def _selector(**fields: str | None) -> str | None:
     parts = [f"{k}={v}" for k, v in fields.items() if v is not None]
     return ",".join(parts) if parts else None
@@ -475,47 +483,48 @@ class ResourceAPI:
         return convert.claim_from_version(obj, version)
 
     def _apply_status(self, namespace: str, name: str, body: dict[str, Any],
-                      field_manager: str) -> dict[str, Any]:
-        version = self.version
-        obj = self._json("PATCH", self._path(version, CLAIMS, name, namespace, "status"),
-                         query=self._apply_query(field_manager), body=body,
-                         content_type=APPLY_PATCH)
-        return convert.claim_from_version(obj, version)
+                      field_manager: str) -> None:
+        """Apply ``body`` to the claim's status; the answer is read (the connection is
+        reused) but not parsed: no caller needs the claim back."""
+        path = self._path(self.version, CLAIMS, name, namespace, "status")
+        _discard(self._send("PATCH", path, query=self._apply_query(field_manager), body=body,
+                            content_type=APPLY_PATCH))
 
     def apply_claim_status_devices(self, namespace: str, name: str,
                                    entries: list[dict[str, Any]],
-                                   field_manager: str, uid: str | None = None) -> dict[str, Any]:
+                                   field_manager: str, uid: str | None = None) -> None:
         """Server-side apply ``status.devices`` (AllocatedDeviceStatus entries, v1 JSON:
         driver, pool, device, optional shareID, conditions, data, networkData) on the
         claim's status subresource as ``field_manager`` with force. The manager then owns
         exactly these entries: entries it applied before and leaves out now are removed.
         With ``uid`` the server refuses (409) a claim re-created under the same name.
-        Returns the claim (v1 shape)."""
+        Errors raise ``ApiException`` (404: no such claim)."""
         body: dict[str, Any] = {
             "apiVersion": convert.api_version(self.version),
             "kind": "ResourceClaim",
             "metadata": _meta(name, namespace, uid),
             "status": {"devices": entries},
         }
-        return self._apply_status(namespace, name, body, field_manager)
+        self._apply_status(namespace, name, body, field_manager)
 
     def remove_claim_status_devices(self, namespace: str, name: str,
-                                    field_manager: str,
-                                    uid: str | None = None) -> dict[str, Any] | None:
+                                    field_manager: str, uid: str | None = None) -> bool:
         """Withdraw every ``status.devices`` entry ``field_manager`` applied (apply of an
-        empty configuration). Returns the claim, or None when it no longer exists. With
-        ``uid`` the server refuses (409) a claim re-created under the same name."""
+        empty configuration). Returns False when the claim no longer exists (nothing to
+        withdraw), True otherwise. With ``uid`` the server refuses (409) a claim re-created
+        under the same name."""
         body: dict[str, Any] = {
             "apiVersion": convert.api_version(self.version),
             "kind": "ResourceClaim",
             "metadata": _meta(name, namespace, uid),
         }
         try:
-            return self._apply_status(namespace, name, body, field_manager)
+            self._apply_status(namespace, name, body, field_manager)
         except ApiException as exc:
             if exc.status == 404:
-                return None
+                return False
             raise
+        return True
 
     # -- slices -------------------------------------------------------------------------------
 

@@ -41,9 +41,13 @@ log = logging.getLogger(__name__)
 
 #: Longest a status write waits for a moment without kubelet calls in flight (seconds).
 DEFER_SECONDS = 1.0
+#: Claims whose status history the writer remembers (the prepared claims, normally).
+MAX_TRACKED = 65536
 
 
 class StatusAPI(Protocol):
+    """What the writer needs of :class:`drakit.plugin.resourceapi.ResourceAPI`."""
+
     def apply_claim_status_devices(
         self, namespace: str, name: str, entries: list[dict[str, Any]], field_manager: str,
         uid: str | None = None,
@@ -144,6 +148,12 @@ class StatusWriter:
     403, 422 other than the UID precondition). After ``max_attempts`` failed attempts the
     claim is reported once (logged, ``events.status_error``); :attr:`behind` counts the claims whose
     status is not applied yet. ``field_manager`` defaults to ``drakit/<driver>``.
+
+    One apply per claim transition at most (issue #18): queued states of one claim coalesce
+    (only the newest is sent), and a removal is not sent for a claim prepared by this
+    process whose entries no apply has carried yet (nothing of ours is on it; a claim this
+    process did not prepare, e.g. before a restart, is always cleaned). An apply that
+    failed may still have reached the server, so it counts as sent.
     ``calls``: kubelet calls in flight; a write waits while there are any, at most
     ``defer_seconds`` (default :data:`DEFER_SECONDS`) after its claim was first queued.
     """
@@ -171,6 +181,10 @@ class StatusWriter:
         self._cond = threading.Condition()
         # claim UID → its desired status; in first-queued order
         self._pending: dict[str, _Want] = {}
+        # UIDs of claims queued by write() here (their whole history is known) and, of
+        # those, the ones an apply with entries was sent for since their last removal
+        self._written: set[str] = set()
+        self._sent: set[str] = set()
         self._busy = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
@@ -185,11 +199,32 @@ class StatusWriter:
             return len(self._pending) + (1 if self._busy else 0)
 
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None:
-        """Queue the entries of a prepared claim."""
-        self._enqueue(claim, build_entries(self.driver, record, self.events))
+        """Queue the entries of a claim this process just prepared."""
+        entries = build_entries(self.driver, record, self.events)
+        with self._cond:
+            if len(self._written) >= MAX_TRACKED:  # a forgotten claim's removal is sent
+                self._written.clear()
+                self._sent.clear()
+            self._written.add(claim.uid)
+            if not entries and claim.uid not in self._sent:  # nothing to add, none to remove
+                if self._pending.pop(claim.uid, None) is not None:
+                    self._cond.notify_all()
+                return
+        self._enqueue(claim, entries)
 
     def remove(self, claim: ClaimRef) -> None:
-        """Queue the removal of this driver's entries of ``claim`` (a missing claim is fine)."""
+        """Queue the removal of this driver's entries of ``claim`` (a missing claim is fine);
+        nothing is sent when no apply of this process has carried entries to it (a write
+        still queued is dropped)."""
+        with self._cond:
+            if claim.uid in self._written and claim.uid not in self._sent:
+                self._written.discard(claim.uid)
+                if self._pending.pop(claim.uid, None) is not None:
+                    self._cond.notify_all()
+                log.debug("AllocatedDeviceStatus of ResourceClaim %s/%s: nothing applied, "
+                          "nothing to remove", claim.namespace, claim.name,
+                          extra={"claim_uid": claim.uid})
+                return
         self._enqueue(claim, [])
 
     def _enqueue(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
@@ -238,8 +273,15 @@ class StatusWriter:
             if self.calls is not None and self.calls.in_flight and not self._stopped:
                 self.calls.wait_quiet(since + self.defer_seconds)
             with self._cond:
-                # the newest desired state of that claim (a remove may have replaced it)
-                want = self._pending.pop(uid)
+                # the newest desired state of that claim (a remove may have replaced it or
+                # taken it back)
+                want = self._pending.pop(uid, None)
+                if want is None:
+                    self._busy = False
+                    self._cond.notify_all()
+                    continue
+                if want.entries:
+                    self._sent.add(uid)  # before the request: a failed one may land too
             try:
                 self._apply(want)
             finally:
@@ -253,16 +295,16 @@ class StatusWriter:
             # uid: never touch a claim re-created under the same name (dropped below)
             if entries:
                 self.api.apply_claim_status_devices(
-                    claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid
-                )
+                    claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid)
             else:
                 self.api.remove_claim_status_devices(
-                    claim.namespace, claim.name, self.field_manager, uid=claim.uid
-                )
+                    claim.namespace, claim.name, self.field_manager, uid=claim.uid)
         except Exception as e:
             self._retry_or_drop(want, e)
             return
         self.writes += 1
+        if not entries:
+            self._nothing_applied(claim.uid)
         if want.behind_since is not None:
             log.info("AllocatedDeviceStatus of ResourceClaim %s/%s applied after %d failed "
                      "attempt(s), %.1fs behind", claim.namespace, claim.name, want.attempts,
@@ -271,6 +313,8 @@ class StatusWriter:
     def _retry_or_drop(self, want: _Want, e: Exception) -> None:
         claim = want.claim
         drop = _drop_reason(e)
+        if drop in ("gone", "replaced"):
+            self._nothing_applied(claim.uid)  # nothing of ours on this claim
         if drop is not None:
             if drop == "failed":
                 self._failed(claim, describe(e))
@@ -293,6 +337,13 @@ class StatusWriter:
         with self._cond:
             if claim.uid not in self._pending:  # else a newer desired state replaced it
                 self._pending[claim.uid] = want
+
+    def _nothing_applied(self, uid: str) -> None:
+        """None of our entries is on claim ``uid`` (removed, gone or re-created)."""
+        with self._cond:
+            self._sent.discard(uid)
+            if uid not in self._pending:
+                self._written.discard(uid)
 
     def _failed(self, claim: ClaimRef, why: str) -> None:
         self.failures += 1

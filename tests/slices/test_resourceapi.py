@@ -48,7 +48,8 @@ def test_version_detection_and_claim_round_trip(embedded_apiserver_factory: Fact
              "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
                              "lastTransitionTime": "2025-01-01T00:00:00Z"}],
              "networkData": {"interfaceName": "eth1", "ips": ["10.9.8.7/24"]}}
-    out = api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER)
+    assert api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER) is None
+    out = api.get_claim("ns1", "claim-a")
     assert out["status"]["devices"][0]["networkData"]["interfaceName"] == "eth1"
     other = {"driver": "other.example.com", "pool": NODE, "device": "nic-0"}
     api.apply_claim_status_devices("ns1", "claim-a", [other], "other.example.com")
@@ -57,10 +58,10 @@ def test_version_detection_and_claim_round_trip(embedded_apiserver_factory: Fact
     assert {r.content_type.split(";")[0] for r in server.requests(verb="patch")} == {
         "application/apply-patch+yaml"}
 
-    after = api.remove_claim_status_devices("ns1", "claim-a", DRIVER)
-    assert after is not None
+    assert api.remove_claim_status_devices("ns1", "claim-a", DRIVER) is True
+    after = api.get_claim("ns1", "claim-a")
     assert [d["device"] for d in after["status"]["devices"]] == ["nic-0"]
-    assert api.remove_claim_status_devices("ns1", "no-such-claim", DRIVER) is None
+    assert api.remove_claim_status_devices("ns1", "no-such-claim", DRIVER) is False
     with pytest.raises(ApiException) as err:
         api.get_claim("ns1", "no-such-claim")
     assert classify(err.value) is ErrorKind.NOT_FOUND
