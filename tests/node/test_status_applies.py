@@ -4,8 +4,10 @@ coalesce, and a removal is only sent when an apply of ours may have reached the 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from kubernetes.client import ApiException
 
 from drakit.discovery.plugin import ClaimRef
@@ -14,6 +16,7 @@ from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.status import StatusWriter
 
 DRIVER = "drv.example.com"
+Writers = Callable[..., StatusWriter]
 
 
 class ScriptedAPI:
@@ -56,92 +59,82 @@ def _claim(*devices: str, status: dict[str, Any] | None = None) -> tuple[ClaimRe
     return ref, rec
 
 
-def test_prepare_then_unprepare_is_one_apply_each() -> None:
+@pytest.fixture
+def writers() -> Iterator[Writers]:
+    """make(api, **StatusWriter kwargs) → a running writer, stopped after the test."""
+    made: list[StatusWriter] = []
+
+    def make(api: ScriptedAPI, **kwargs: Any) -> StatusWriter:
+        made.append(StatusWriter(api, DRIVER, **kwargs))
+        return made[-1]
+
+    yield make
+    for writer in made:
+        writer.stop()
+
+
+def _prepared_then_unprepared(writer: StatusWriter, ref: ClaimRef, rec: ClaimRecord) -> None:
+    """What the node service asks of the writer for one claim, each state flushed."""
+    writer.write(ref, rec)
+    assert writer.flush(10)
+    writer.remove(ref)
+    assert writer.flush(10)
+
+
+def test_prepare_then_unprepare_is_one_apply_each(writers: Writers) -> None:
     api = ScriptedAPI()
-    writer = StatusWriter(api, DRIVER)
-    try:
-        ref, rec = _claim("d0")
-        writer.write(ref, rec)
-        assert writer.flush(10)
-        writer.remove(ref)
-        assert writer.flush(10)
-        assert api.calls == [("apply", "c0", ["d0"]), ("remove", "c0", [])]
-    finally:
-        writer.stop()
+    writer = writers(api)
+    _prepared_then_unprepared(writer, *_claim("d0"))
+    assert api.calls == [("apply", "c0", ["d0"]), ("remove", "c0", [])]
 
 
-def test_queued_writes_of_one_claim_coalesce_to_the_newest() -> None:
+def test_queued_writes_of_one_claim_coalesce_to_the_newest(writers: Writers) -> None:
     api, calls = ScriptedAPI(), KubeletCalls()
-    writer = StatusWriter(api, DRIVER, calls=calls, defer_seconds=10.0)
-    try:
-        with calls.call():  # the worker holds every write while a kubelet call runs
-            for devices in (["d0"], ["d0", "d1"], ["d2"]):
-                writer.write(*_claim(*devices))
-            assert writer.behind == 1
-        assert writer.flush(10)
-        assert api.calls == [("apply", "c0", ["d2"])]
-    finally:
-        writer.stop()
+    writer = writers(api, calls=calls, defer_seconds=10.0)
+    with calls.call():  # the worker holds every write while a kubelet call runs
+        for devices in (["d0"], ["d0", "d1"], ["d2"]):
+            writer.write(*_claim(*devices))
+        assert writer.behind == 1
+    assert writer.flush(10)
+    assert api.calls == [("apply", "c0", ["d2"])]
 
 
-def test_no_removal_for_a_claim_whose_status_was_never_applied() -> None:
+def test_no_removal_for_a_claim_whose_status_was_never_applied(writers: Writers) -> None:
     """Every entry invalid: neither the prepare nor the unprepare sends anything."""
     api = ScriptedAPI()
-    writer = StatusWriter(api, DRIVER)
-    try:
-        ref, rec = _claim("d0", status={"data": [1]})  # not a JSON object: left out
-        writer.write(ref, rec)
-        assert writer.flush(10)
-        writer.remove(ref)
-        assert writer.flush(10)
-        assert api.calls == []
-    finally:
-        writer.stop()
+    writer = writers(api)
+    # data not a JSON object (an older drakit's checkpoint): the entry is left out
+    _prepared_then_unprepared(writer, *_claim("d0", status={"data": [1]}))
+    assert api.calls == []
 
 
-def test_a_claim_not_prepared_by_this_process_is_always_cleaned() -> None:
+def test_a_claim_not_prepared_by_this_process_is_always_cleaned(writers: Writers) -> None:
     """After a restart the writer has not seen the claim: its removal is sent."""
     api = ScriptedAPI()
-    writer = StatusWriter(api, DRIVER)
-    try:
-        writer.remove(ClaimRef(namespace="ns", name="c0", uid="u0"))
-        assert writer.flush(10)
-        assert api.calls == [("remove", "c0", [])]
-    finally:
-        writer.stop()
+    writer = writers(api)
+    writer.remove(ClaimRef(namespace="ns", name="c0", uid="u0"))
+    assert writer.flush(10)
+    assert api.calls == [("remove", "c0", [])]
 
 
-def test_a_failed_apply_counts_as_sent() -> None:
+def test_a_failed_apply_counts_as_sent(writers: Writers) -> None:
     """A 503 may come after the server applied: the unprepare still removes."""
     api = ScriptedAPI(fail=1)
     api.hold.clear()  # the first apply waits in flight until the unprepare is queued
-    writer = StatusWriter(api, DRIVER)
-    try:
-        ref, rec = _claim("d0")
-        writer.write(ref, rec)
-        assert api.entered.wait(10)
-        writer.remove(ref)
-        api.hold.set()
-        assert writer.flush(10)
-        assert api.calls == [("apply", "c0", ["d0"]), ("remove", "c0", [])]
-    finally:
-        api.hold.set()
-        writer.stop()
+    writer = writers(api)
+    ref, rec = _claim("d0")
+    writer.write(ref, rec)
+    assert api.entered.wait(10)
+    writer.remove(ref)
+    api.hold.set()
+    assert writer.flush(10)
+    assert api.calls == [("apply", "c0", ["d0"]), ("remove", "c0", [])]
 
 
-def test_a_write_after_the_removal_was_sent_is_applied_again() -> None:
+def test_a_write_after_the_removal_was_sent_is_applied_again(writers: Writers) -> None:
     api = ScriptedAPI()
-    writer = StatusWriter(api, DRIVER)
-    try:
-        ref, rec = _claim("d0")
-        writer.write(ref, rec)
-        assert writer.flush(10)
-        writer.remove(ref)
-        assert writer.flush(10)
-        writer.write(ref, rec)   # prepared again (same claim UID)
-        assert writer.flush(10)
-        writer.remove(ref)
-        assert writer.flush(10)
-        assert [c[0] for c in api.calls] == ["apply", "remove", "apply", "remove"]
-    finally:
-        writer.stop()
+    writer = writers(api)
+    ref, rec = _claim("d0")
+    _prepared_then_unprepared(writer, ref, rec)
+    _prepared_then_unprepared(writer, ref, rec)  # prepared again (same claim UID)
+    assert [c[0] for c in api.calls] == ["apply", "remove", "apply", "remove"]
