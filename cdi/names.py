@@ -19,12 +19,18 @@ bottom layer: ``discovery`` and ``plugin`` import it, never the reverse):
 
 - Kubernetes DNS label / subdomain formats (apimachinery ``IsDNS1123Label`` /
   ``IsDNS1123Subdomain``): :data:`DNS_LABEL_FMT`, :data:`DNS_SUBDOMAIN_FMT`;
+- Kubernetes qualified names (label / annotation keys, condition types):
+  :func:`qualified_name_error`;
 - the claim UID rule (:func:`claim_uid_error`), used by the kubelet-facing checks
-  (``drakit.plugin.names.check_claim_uid``) and by the CDI store alike.
+  (``drakit.plugin.names.check_claim_uid``) and by the CDI store alike;
+- the canonical form of an interface address in CIDR form (:func:`canonical_cidr`), the
+  ``networkData.ips`` rule the built-in ``net`` discoverer writes and
+  ``drakit.discovery.plugin.NetworkData`` checks.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 
@@ -219,28 +225,47 @@ def claim_device_name(claim_uid: str, device_name: str) -> str:
     return validate_device_name(f"{claim_uid}-{device_name}")
 
 
-def annotation_key_error(key: str) -> str | None:
-    """Why ``key`` is not a valid annotation key (Kubernetes rule), or None.
+QUALIFIED_NAME_MAX_LENGTH = 63
+"""Longest name part of a qualified name (after the optional ``<prefix>/``)."""
+
+
+def qualified_name_error(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes qualified name, or None (apimachinery
+    ``IsQualifiedName``: label and annotation keys, ``metav1.Condition.type``).
 
     Key = optional DNS-1123 subdomain prefix (≤ 253) and ``/``, then a name of ≤ 63
-    characters ``([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]``.
+    characters ``([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]``. The message is the API
+    server's, without the field path.
     """
-    prefix, sep, name = key.rpartition("/")
-    if sep:
+    parts = key.split("/")
+    if len(parts) > 2:
+        return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', "
+                "and must start and end with an alphanumeric character, with an optional "
+                "DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
         if not prefix:
-            return f"annotation key {key!r}: prefix before '/' must not be empty"
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
-            return f"annotation key {key!r}: prefix must be a lowercase DNS subdomain (≤ 253)"
+            return "prefix part must be non-empty"
+        if len(prefix) > VENDOR_MAX_LENGTH or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
+            return (f"prefix part must be a lowercase RFC 1123 subdomain of at most "
+                    f"{VENDOR_MAX_LENGTH} characters (e.g. 'example.com')")
     if not name:
-        return f"annotation key {key!r}: name must not be empty"
-    if len(name) > 63:
-        return f"annotation key {key!r}: name must have at most 63 characters"
+        return "name part must be non-empty"
+    if len(name) > QUALIFIED_NAME_MAX_LENGTH:
+        return f"name part must be no more than {QUALIFIED_NAME_MAX_LENGTH} characters"
     if not _ANNOTATION_NAME_RE.fullmatch(name):
-        return (
-            f"annotation key {key!r}: name must start and end alphanumeric with only "
-            "[-A-Za-z0-9_.] in between"
-        )
+        return ("name part must consist of alphanumeric characters, '-', '_' or '.', and "
+                "must start and end with an alphanumeric character (e.g. 'MyName', "
+                "'my.name', '123-abc')")
     return None
+
+
+def annotation_key_error(key: str) -> str | None:
+    """Why ``key`` is not a valid annotation key (a qualified name, :func:`qualified_name_error`),
+    or None."""
+    err = qualified_name_error(key)
+    return f"annotation key {key!r}: {err}" if err else None
 
 
 def annotations_errors(annotations: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -255,3 +280,16 @@ def annotations_errors(annotations: Mapping[str, str]) -> list[tuple[str, str]]:
     if total > ANNOTATIONS_MAX_BYTES:
         out.append(("", f"annotations total {total} bytes, more than {ANNOTATIONS_MAX_BYTES}"))
     return out
+
+
+def canonical_cidr(address: str, prefix_len: int) -> str:
+    """``address``/``prefix_len`` in the API's canonical form: RFC 5952 IPv6, IPv4 without
+    leading zeros, an IPv4-mapped IPv6 address as IPv4 with the prefix length less 96, host
+    bits kept (``networkData.ips`` rule, resource-api-validation §2). ``ValueError`` when
+    ``address`` is malformed or ``prefix_len`` out of range."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return f"{ip.ipv4_mapped}/{max(prefix_len - 96, 0)}"
+    if not 0 <= prefix_len <= ip.max_prefixlen:
+        raise ValueError(f"prefix length {prefix_len} out of range for {address}")
+    return f"{ip}/{prefix_len}"

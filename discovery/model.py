@@ -11,10 +11,16 @@ prepare hook turns into CDI container edits.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import ipaddress
+import json
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from drakit.cdi.names import canonical_cidr, qualified_name_error
 
 
 class _APIModel(BaseModel):
@@ -351,3 +357,239 @@ class DeviceHealth(BaseModel):
 
     state: HealthState = "Healthy"
     message: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# AllocatedDeviceStatus: what a prepare hook reports for ResourceClaim ``status.devices[]``.
+# The API server's rules (resource-api-validation §13; ValidateResourceClaimStatusUpdate)
+# are checked when the vendor builds the model, so a status the API would refuse fails the
+# prepare with a ValidationError naming the field instead of being dropped after it.
+
+MAX_CONDITIONS = 8
+"""AllocatedDeviceStatusMaxConditions: at most 8 conditions per device."""
+MAX_REASON_BYTES = 1024
+MAX_MESSAGE_BYTES = 32768
+MAX_DATA_BYTES = 10240
+"""AllocatedDeviceStatusDataMaxLength: ``data`` as compact JSON, in bytes."""
+MAX_INTERFACE_NAME_BYTES = 256
+MAX_HARDWARE_ADDRESS_BYTES = 128
+MAX_IPS = 16
+"""NetworkDeviceDataMaxIPs: at most 16 entries in ``networkData.ips``."""
+CONDITION_STATUSES = ("True", "False", "Unknown")
+REASON_FMT = "[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?"
+"""metav1.Condition ``reason`` (apimachinery ``conditionReasonFmt``)."""
+_REASON = re.compile(REASON_FMT, re.ASCII)
+#: The default condition of a device whose plugin reports none.
+READY = {"type": "Ready", "status": "True", "reason": "Prepared",
+         "message": "device prepared by drakit"}
+
+
+def _rule(message: str, index: int | None = None) -> PydanticCustomError:
+    """A broken API rule; ``message`` in the API server's words (without the field path).
+    ``index`` names the list item when the error is reported on the whole list."""
+    ctx = {} if index is None else {"index": index}
+    return PydanticCustomError("api_rule", message.replace("{", "{{").replace("}", "}}"), ctx)
+
+
+def _nbytes(value: str) -> int:
+    return len(value.encode())
+
+
+def _too_long(value: str | None, limit: int) -> str | None:
+    if value is not None and _nbytes(value) > limit:
+        raise _rule(f"Too long: may not be more than {limit} bytes")
+    return value
+
+
+def _canonical_ip(value: str) -> str:
+    """An interface address in canonical CIDR form (host bits allowed), as it is."""
+    try:
+        iface = ipaddress.ip_interface(value) if "/" in value else None
+    except ValueError:
+        iface = None
+    if iface is None:
+        raise _rule(f"Invalid value: {value!r}: must be a valid address in CIDR form, "
+                    "(e.g. 10.9.8.7/24 or 2001:db8::1/64)")
+    canonical = canonical_cidr(str(iface.ip), iface.network.prefixlen)
+    if canonical != value:
+        raise _rule(f"Invalid value: {value!r}: must be in canonical form ({canonical!r})")
+    return value
+
+
+def _at_most(items: Any, limit: int) -> Any:
+    if isinstance(items, list) and len(items) > limit:
+        raise _rule(f"Too many: {len(items)}: must have at most {limit} items")
+    return items
+
+
+class _StatusModel(BaseModel):
+    # snake_case or the API's camelCase accepted; checked again on assignment
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel,
+                              validate_assignment=True)
+
+
+class Condition(_StatusModel):
+    """A metav1.Condition for ``status.devices[].conditions``: ``type`` a qualified name,
+    ``status`` True / False / Unknown, ``reason`` non-empty ``REASON_FMT`` ≤ 1024 bytes,
+    ``message`` ≤ 32768 bytes, ``observed_generation`` ≥ 0; ``last_transition_time``
+    (RFC 3339, UTC) is filled in when left empty. Raises ``ValidationError``."""
+
+    type: str
+    status: str = "True"
+    reason: str = "Prepared"
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        if not v:
+            raise _rule("Required value")
+        err = qualified_name_error(v)
+        if err:
+            raise _rule(f"Invalid value: {v!r}: {err}")
+        return v
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, v: str) -> str:
+        if v not in CONDITION_STATUSES:
+            raise _rule(f"Unsupported value: {v!r}: supported values: "
+                        + ", ".join(f'"{s}"' for s in sorted(CONDITION_STATUSES)))
+        return v
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        if not v:
+            raise _rule("Required value")
+        if _nbytes(v) > MAX_REASON_BYTES or not _REASON.fullmatch(v):
+            raise _rule(f"Invalid value: {v!r}: must match {REASON_FMT} and be at most "
+                        f"{MAX_REASON_BYTES} bytes")
+        return v
+
+    @field_validator("message")
+    @classmethod
+    def _message(cls, v: str) -> str:
+        return _too_long(v, MAX_MESSAGE_BYTES) or ""
+
+    @field_validator("observed_generation")
+    @classmethod
+    def _generation(cls, v: int | None) -> int | None:
+        if v is not None and v < 0:
+            raise _rule("must be greater than or equal to zero")
+        return v
+
+    def to_api(self, now: str) -> dict[str, Any]:
+        """The condition as API JSON; ``now`` (RFC 3339) when no transition time is set."""
+        out: dict[str, Any] = {"type": self.type, "status": self.status, "reason": self.reason,
+                               "message": self.message,
+                               "lastTransitionTime": self.last_transition_time or now}
+        if self.observed_generation is not None:
+            out["observedGeneration"] = self.observed_generation
+        return out
+
+
+class NetworkData(_StatusModel):
+    """``status.devices[].networkData``: ``interface_name`` ≤ 256 bytes, ``hardware_address``
+    ≤ 128 bytes (no format check), at most 16 ``ips``, each an interface address in
+    canonical CIDR form (``192.0.2.5/24``, RFC 5952 IPv6; see
+    :func:`drakit.cdi.names.canonical_cidr`), no duplicates. Raises ``ValidationError``."""
+
+    interface_name: str | None = None
+    hardware_address: str | None = None
+    ips: list[Annotated[str, AfterValidator(_canonical_ip)]] = Field(default_factory=list)
+
+    _interface = field_validator("interface_name")(
+        lambda cls, v: _too_long(v, MAX_INTERFACE_NAME_BYTES))
+    _hardware = field_validator("hardware_address")(
+        lambda cls, v: _too_long(v, MAX_HARDWARE_ADDRESS_BYTES))
+    _count = field_validator("ips", mode="before")(lambda cls, v: _at_most(v, MAX_IPS))
+
+    @field_validator("ips")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        for k, ip in enumerate(v):
+            if ip in v[:k]:
+                raise _rule(f"Duplicate value: {ip!r}", k)
+        return v
+
+    def to_api(self) -> dict[str, Any]:
+        """The set fields as API JSON (camelCase); empty when nothing is set."""
+        out: dict[str, Any] = {}
+        if self.interface_name:
+            out["interfaceName"] = self.interface_name
+        if self.hardware_address:
+            out["hardwareAddress"] = self.hardware_address
+        if self.ips:
+            out["ips"] = list(self.ips)
+        return out
+
+
+class DeviceStatus(_StatusModel):
+    """What a prepare hook reports for one device's AllocatedDeviceStatus: at most 8
+    ``conditions`` with distinct types (None: the default, one ``Ready`` condition),
+    ``data`` any JSON object of ≤ 10240 bytes as compact JSON, ``network_data``. Every API
+    rule is checked here (resource-api-validation §13): an invalid status raises
+    ``pydantic.ValidationError`` naming the field, which fails the prepare."""
+
+    conditions: list[Condition] | None = None
+    data: dict[str, Any] | None = None
+    network_data: NetworkData | None = None
+
+    _count = field_validator("conditions", mode="before")(
+        lambda cls, v: _at_most(v, MAX_CONDITIONS))
+
+    @field_validator("conditions")
+    @classmethod
+    def _unique(cls, v: list[Condition] | None) -> list[Condition] | None:
+        types = [c.type for c in v or []]
+        for k, t in enumerate(types):
+            if t in types[:k]:
+                raise _rule(f"Duplicate value: {t!r}", k)
+        return v
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        try:
+            size = len(json.dumps(v, separators=(",", ":"), allow_nan=False).encode())
+        except (TypeError, ValueError):
+            size = -1
+        if not isinstance(v, dict) or size < 0:
+            raise _rule('Invalid value: "<value omitted>": must be a valid JSON object')
+        if size > MAX_DATA_BYTES:
+            raise _rule(f"Too long: may not be more than {MAX_DATA_BYTES} bytes")
+        return v
+
+    def to_api(self, now: str) -> dict[str, Any]:
+        """``conditions``, ``data`` and ``networkData`` of the AllocatedDeviceStatus entry
+        as API JSON; ``now`` (RFC 3339) is the transition time of conditions without one."""
+        conditions = self.conditions
+        if conditions is None:
+            conditions = [Condition.model_validate(READY)]
+        out: dict[str, Any] = {"conditions": [c.to_api(now) for c in conditions]}
+        if self.data is not None:
+            out["data"] = self.data
+        network = self.network_data.to_api() if self.network_data is not None else {}
+        if network:
+            out["networkData"] = network
+        return out
+
+
+def status_error_messages(error: ValidationError, path: str) -> list[str]:
+    """``error`` of a :class:`DeviceStatus` as the API server would word it: one
+    ``<path>.<field>: <message>`` per error, API field names (``networkData.ips[1]``)."""
+    out = []
+    for err in error.errors():
+        where = path
+        loc = list(err["loc"])
+        if "index" in (err.get("ctx") or {}):
+            loc.append(err["ctx"]["index"])
+        for part in loc:
+            where += f"[{part}]" if isinstance(part, int) else f".{to_camel(str(part))}"
+        out.append(f"{where}: {err['msg']}")
+    return out

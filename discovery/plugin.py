@@ -21,7 +21,9 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.cdi.spec import ContainerEdits, DeviceNode
-from drakit.discovery.model import Device, DeviceHealth, Pool
+from drakit.discovery.model import Condition as Condition  # the status models live there
+from drakit.discovery.model import Device, DeviceHealth, DeviceStatus, Pool
+from drakit.discovery.model import NetworkData as NetworkData
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -132,35 +134,6 @@ class DeviceRequest(BaseModel):
             raise TypeError(f"opaque config is a {type(self.config).__name__}, "
                             f"not a {model.__name__}")
         return self.config
-
-
-class Condition(BaseModel):
-    """A metav1.Condition for ``status.devices[].conditions``; ``last_transition_time`` is
-    filled in (RFC 3339, UTC) when left empty."""
-
-    type: str
-    status: str = "True"
-    reason: str = "Prepared"
-    message: str = ""
-    observed_generation: int | None = None
-    last_transition_time: str | None = None
-
-
-class NetworkData(BaseModel):
-    """``status.devices[].networkData``: ips in canonical CIDR form (``192.0.2.5/24``)."""
-
-    interface_name: str | None = None
-    hardware_address: str | None = None
-    ips: list[str] = Field(default_factory=list)
-
-
-class DeviceStatus(BaseModel):
-    """What a prepare hook reports for AllocatedDeviceStatus. ``conditions`` None means the
-    default (one ``Ready`` condition); ``data`` is any JSON object (≤ 10 KiB)."""
-
-    conditions: list[Condition] | None = None
-    data: dict[str, Any] | None = None
-    network_data: NetworkData | None = None
 
 
 class PreparedDevice(BaseModel):

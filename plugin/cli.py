@@ -26,9 +26,6 @@ def _run(argv: Sequence[str]) -> int:
     from drakit.plugin.malloc import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts; see plugin/malloc.py
-    from drakit.plugin.kubeimport import lean_kubernetes
-
-    lean_kubernetes()  # before anything imports kubernetes; see plugin/kubeimport.py
     from drakit.plugin.config import add_run_arguments, settings_from_args
     from drakit.plugin.logs import setup_logging
 

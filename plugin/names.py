@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import re
 
-from drakit.cdi.names import CLAIM_UID, CLAIM_UID_MAX_LENGTH, DNS_LABEL_FMT, DNS_SUBDOMAIN_FMT
+from drakit.cdi.names import (
+    CLAIM_UID,
+    CLAIM_UID_MAX_LENGTH,
+    DNS_LABEL_FMT,
+    DNS_SUBDOMAIN_FMT,
+    claim_uid_error,
+)
 
 DNS_LABEL = re.compile(DNS_LABEL_FMT, re.ASCII)
 DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_FMT, re.ASCII)
@@ -37,12 +43,19 @@ def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, ru
 
 
 def check_claim_uid(value: object, field: str = "claim.uid") -> str:
-    """A claim UID by the one rule of :func:`drakit.cdi.names.claim_uid_error` (≤ 128 bytes)."""
-    return _check(
-        field, value, UID, CLAIM_UID_MAX_LENGTH,
-        "must start and end with a letter or digit, hold only letters, digits, '-', '_' "
-        "and '.', and contain no '..'",
-    )
+    """A claim UID by the one rule, :func:`drakit.cdi.names.claim_uid_error` (1-128
+    characters; every ``metadata.uid`` the API server issues, an RFC 4122 UUID, passes),
+    with the error naming ``field``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidNameError(f"{field}: Required value: must be a non-empty string")
+    if len(value) > CLAIM_UID_MAX_LENGTH:
+        raise InvalidNameError(
+            f"{field}: Too long: may not be more than {CLAIM_UID_MAX_LENGTH} bytes")
+    if claim_uid_error(value) is not None:
+        raise InvalidNameError(
+            f"{field}: Invalid value: {value!r}: must start and end with a letter or digit, "
+            "hold only letters, digits, '-', '_' and '.', and contain no '..'")
+    return value
 
 
 def check_namespace(value: object, field: str = "claim.namespace") -> str:

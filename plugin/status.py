@@ -1,14 +1,14 @@
 """AllocatedDeviceStatus on ResourceClaims (``status.devices[]``, resource.k8s.io/v1).
 
 For every prepared device the discovery plugin may report conditions, ``data`` and
-``networkData``; drakit validates each entry against the API's rules (§13 of the validation
-fact sheet: ≤ 8 conditions, valid conditions, data a JSON object ≤ 10 KiB, interfaceName
-≤ 256 bytes, hardwareAddress ≤ 128 bytes, ≤ 16 canonical CIDR ips without duplicates, and
-driver/pool/device/shareID equal to an allocation result) and writes them with server-side
-apply on the ``status`` subresource under this driver's field manager. The list is a map keyed
-by (driver, pool, device, shareID), so entries of other drivers and other field managers are
-never touched. An invalid entry is left out with a logged, counted reason: the device is
-still usable, so the prepare does not fail.
+``networkData`` as a :class:`drakit.discovery.model.DeviceStatus`, which checks the API's rules
+(§13 of the validation fact sheet) when the plugin builds it, so a status the API would refuse
+fails that prepare. Here each entry is converted to API JSON (and checked again: the
+checkpoint may come from an older drakit; driver/pool/device/shareID must be unique) and
+written with server-side apply on the ``status`` subresource under this driver's field
+manager. The list is a map keyed by (driver, pool, device, shareID), so entries of other
+drivers and other field managers are never touched. An entry that still breaks a rule is left
+out with a logged, counted reason (``events.status_invalid``): the device is usable.
 
 Writes happen on a background worker (latest desired state per claim wins; 409 and transient
 errors retry with capped backoff until the status holds, the claim is gone or replaced, or a
@@ -21,37 +21,33 @@ not slowed by the status of the first pods).
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import logging
-import re
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from drakit.discovery.builtin.net import canonical_cidr
+from pydantic import ValidationError
+
+from drakit.discovery.model import DeviceStatus, status_error_messages
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.events import Events
 from drakit.plugin.retry import Backoff, ErrorKind, classify, describe
-from drakit.plugin.slices import formats
 
 log = logging.getLogger(__name__)
 
 #: Longest a status write waits for a moment without kubelet calls in flight (seconds).
 DEFER_SECONDS = 1.0
-MAX_CONDITIONS = 8
-MAX_DATA_BYTES = 10240
-MAX_INTERFACE_NAME = 256
-MAX_HARDWARE_ADDRESS = 128
-MAX_IPS = 16
-_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", re.ASCII)
+#: Claims whose status history the writer remembers (the prepared claims, normally).
+MAX_TRACKED = 65536
 
 
 class StatusAPI(Protocol):
+    """What the writer needs of :class:`drakit.plugin.resourceapi.ResourceAPI`."""
+
     def apply_claim_status_devices(
         self, namespace: str, name: str, entries: list[dict[str, Any]], field_manager: str,
         uid: str | None = None,
@@ -66,150 +62,28 @@ class StatusError(ValueError):
     """An AllocatedDeviceStatus entry that breaks an API rule; names the field path."""
 
 
-def _check_condition_type(value: Any, path: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise StatusError(f"{path}: Required value")
-    errors = formats.label_key(value, path)
-    if errors:
-        raise StatusError(str(errors[0]))
-
-
-def canonical_ip(value: Any, path: str) -> str:
-    """Check an interface address in CIDR form is canonical (``10.9.8.7/24``, RFC 5952 IPv6,
-    host bits allowed); return it. Raises StatusError naming ``path``."""
-    if not isinstance(value, str) or "/" not in value:
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
-            "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
-        )
-    try:
-        iface = ipaddress.ip_interface(value)
-    except ValueError:
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: must be a valid address in CIDR form, "
-            "(e.g. 10.9.8.7/24 or 2001:db8::1/64)"
-        ) from None
-    canonical = canonical_cidr(str(iface.ip), iface.network.prefixlen)
-    if canonical != value:
-        raise StatusError(
-            f"{path}: Invalid value: {value!r}: must be in canonical form ({canonical!r})"
-        )
-    return value
-
-
 def build_entry(driver: str, d: PreparedDeviceRecord, path: str, now: str) -> dict[str, Any]:
-    """The ``status.devices[]`` entry for one prepared device (raises StatusError)."""
-    reported = d.status or {}
+    """The ``status.devices[]`` entry for one prepared device: its key (driver, pool,
+    device, shareID) and the plugin's :class:`~drakit.discovery.model.DeviceStatus` as API
+    JSON, ``now`` (RFC 3339) as the transition time of conditions without one. The status
+    is checked again (it comes from the checkpoint, which an older drakit may have
+    written): a broken rule raises :class:`StatusError` naming ``path`` and the field."""
+    try:
+        status = DeviceStatus.model_validate(d.status or {})
+    except ValidationError as e:
+        raise StatusError(status_error_messages(e, path)[0]) from None
     entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "device": d.device}
     if d.share_id:
         entry["shareID"] = d.share_id
-    conditions = reported.get("conditions")
-    if conditions is None:
-        conditions = [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Prepared",
-                "message": "device prepared by drakit",
-            }
-        ]
-    if len(conditions) > MAX_CONDITIONS:
-        raise StatusError(
-            f"{path}.conditions: Too many: {len(conditions)}: "
-            f"must have at most {MAX_CONDITIONS} items"
-        )
-    seen: set[str] = set()
-    out_conditions = []
-    for k, c in enumerate(conditions):
-        cp = f"{path}.conditions[{k}]"
-        _check_condition_type(c.get("type"), f"{cp}.type")
-        if c["type"] in seen:
-            raise StatusError(f"{cp}: Duplicate value: {c['type']!r}")
-        seen.add(c["type"])
-        if c.get("status") not in ("True", "False", "Unknown"):
-            raise StatusError(
-                f"{cp}.status: Unsupported value: {c.get('status')!r}: "
-                'supported values: "False", "True", "Unknown"'
-            )
-        reason = c.get("reason")
-        if not reason:
-            raise StatusError(f"{cp}.reason: Required value")
-        if len(reason.encode()) > 1024 or not _REASON.fullmatch(reason):
-            raise StatusError(
-                f"{cp}.reason: Invalid value: {reason!r}: "
-                f"must match {_REASON.pattern} and be at most 1024 bytes"
-            )
-        message = c.get("message") or ""
-        if len(message.encode()) > 32768:
-            raise StatusError(f"{cp}.message: Too long: may not be more than 32768 bytes")
-        og = c.get("observed_generation", c.get("observedGeneration"))
-        if og is not None and (not isinstance(og, int) or og < 0):
-            raise StatusError(f"{cp}.observedGeneration: must be greater than or equal to zero")
-        cond = {
-            "type": c["type"],
-            "status": c["status"],
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": c.get("last_transition_time")
-            or c.get("lastTransitionTime")
-            or now,
-        }
-        if og is not None:
-            cond["observedGeneration"] = og
-        out_conditions.append(cond)
-    entry["conditions"] = out_conditions
-    data = reported.get("data")
-    if data is not None:
-        if not isinstance(data, dict):
-            raise StatusError(
-                f'{path}.data: Invalid value: "<value omitted>": must be a valid JSON object'
-            )
-        size = len(json.dumps(data, separators=(",", ":")).encode())
-        if size > MAX_DATA_BYTES:
-            raise StatusError(f"{path}.data: Too long: may not be more than {MAX_DATA_BYTES} bytes")
-        entry["data"] = data
-    net = reported.get("network_data")
-    if net:
-        nd: dict[str, Any] = {}
-        name = net.get("interface_name")
-        if name:
-            if len(name.encode()) > MAX_INTERFACE_NAME:
-                raise StatusError(
-                    f"{path}.networkData.interfaceName: Too long: "
-                    f"may not be more than {MAX_INTERFACE_NAME} bytes"
-                )
-            nd["interfaceName"] = name
-        hw = net.get("hardware_address")
-        if hw:
-            if len(hw.encode()) > MAX_HARDWARE_ADDRESS:
-                raise StatusError(
-                    f"{path}.networkData.hardwareAddress: Too long: "
-                    f"may not be more than {MAX_HARDWARE_ADDRESS} bytes"
-                )
-            nd["hardwareAddress"] = hw
-        ips = net.get("ips") or []
-        if len(ips) > MAX_IPS:
-            raise StatusError(
-                f"{path}.networkData.ips: Too many: {len(ips)}: must have at most {MAX_IPS} items"
-            )
-        seen_ips: set[str] = set()
-        for k, ip in enumerate(ips):
-            canonical_ip(ip, f"{path}.networkData.ips[{k}]")
-            if ip in seen_ips:
-                raise StatusError(f"{path}.networkData.ips[{k}]: Duplicate value: {ip!r}")
-            seen_ips.add(ip)
-        if ips:
-            nd["ips"] = list(ips)
-        if nd:
-            entry["networkData"] = nd
+    entry.update(status.to_api(now))
     return entry
 
 
 def build_entries(
-    driver: str, rec: ClaimRecord, on_invalid: Callable[[str], None] | None = None
+    driver: str, rec: ClaimRecord, events: Events | None = None
 ) -> list[dict[str, Any]]:
     """Entries for every device of ``rec``; invalid ones are left out, logged and reported
-    through ``on_invalid(reason)``. Duplicated keys keep the first entry."""
+    as ``events.status_invalid(reason)``. Duplicated keys keep the first entry."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     entries: list[dict[str, Any]] = []
     keys: set[tuple[str, str, str, str | None]] = set()
@@ -223,8 +97,8 @@ def build_entries(
             keys.add(key)
         except StatusError as e:
             log.warning("AllocatedDeviceStatus left out: %s", e, extra={"claim_uid": rec.uid})
-            if on_invalid:
-                on_invalid(str(e))
+            if events is not None:
+                events.status_invalid(str(e))
     return entries
 
 
@@ -272,8 +146,14 @@ class StatusWriter:
     fails, and is only given up when the claim is gone or was re-created under the same
     name, when a newer desired state replaces it, or on an error no retry can fix (400,
     403, 422 other than the UID precondition). After ``max_attempts`` failed attempts the
-    claim is reported once (logged, ``on_error``); :attr:`behind` counts the claims whose
+    claim is reported once (logged, ``events.status_error``); :attr:`behind` counts the claims whose
     status is not applied yet. ``field_manager`` defaults to ``drakit/<driver>``.
+
+    One apply per claim transition at most (issue #18): queued states of one claim coalesce
+    (only the newest is sent), and a removal is not sent for a claim prepared by this
+    process whose entries no apply has carried yet (nothing of ours is on it; a claim this
+    process did not prepare, e.g. before a restart, is always cleaned). An apply that
+    failed may still have reached the server, so it counts as sent.
     ``calls``: kubelet calls in flight; a write waits while there are any, at most
     ``defer_seconds`` (default :data:`DEFER_SECONDS`) after its claim was first queued.
     """
@@ -284,8 +164,7 @@ class StatusWriter:
         driver: str,
         field_manager: str | None = None,
         max_attempts: int = 8,
-        on_invalid: Callable[[str], None] | None = None,
-        on_error: Callable[[str], None] | None = None,
+        events: Events | None = None,
         calls: KubeletCalls | None = None,
         defer_seconds: float = DEFER_SECONDS,
         max_retry_seconds: float = 30.0,
@@ -298,11 +177,14 @@ class StatusWriter:
         self.max_attempts = max_attempts
         self.backoff = Backoff(initial=0.1, max_delay=max_retry_seconds, jitter=0.5,
                                max_retry_after=max_retry_seconds)
-        self.on_invalid = on_invalid
-        self.on_error = on_error
+        self.events = events if events is not None else Events()
         self._cond = threading.Condition()
         # claim UID → its desired status; in first-queued order
         self._pending: dict[str, _Want] = {}
+        # UIDs of claims queued by write() here (their whole history is known) and, of
+        # those, the ones an apply with entries was sent for since their last removal
+        self._written: set[str] = set()
+        self._sent: set[str] = set()
         self._busy = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
@@ -317,11 +199,32 @@ class StatusWriter:
             return len(self._pending) + (1 if self._busy else 0)
 
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None:
-        """Queue the entries of a prepared claim."""
-        self._enqueue(claim, build_entries(self.driver, record, self.on_invalid))
+        """Queue the entries of a claim this process just prepared."""
+        entries = build_entries(self.driver, record, self.events)
+        with self._cond:
+            if len(self._written) >= MAX_TRACKED:  # a forgotten claim's removal is sent
+                self._written.clear()
+                self._sent.clear()
+            self._written.add(claim.uid)
+            if not entries and claim.uid not in self._sent:  # nothing to add, none to remove
+                if self._pending.pop(claim.uid, None) is not None:
+                    self._cond.notify_all()
+                return
+        self._enqueue(claim, entries)
 
     def remove(self, claim: ClaimRef) -> None:
-        """Queue the removal of this driver's entries of ``claim`` (a missing claim is fine)."""
+        """Queue the removal of this driver's entries of ``claim`` (a missing claim is fine);
+        nothing is sent when no apply of this process has carried entries to it (a write
+        still queued is dropped)."""
+        with self._cond:
+            if claim.uid in self._written and claim.uid not in self._sent:
+                self._written.discard(claim.uid)
+                if self._pending.pop(claim.uid, None) is not None:
+                    self._cond.notify_all()
+                log.debug("AllocatedDeviceStatus of ResourceClaim %s/%s: nothing applied, "
+                          "nothing to remove", claim.namespace, claim.name,
+                          extra={"claim_uid": claim.uid})
+                return
         self._enqueue(claim, [])
 
     def _enqueue(self, claim: ClaimRef, entries: list[dict[str, Any]]) -> None:
@@ -370,8 +273,15 @@ class StatusWriter:
             if self.calls is not None and self.calls.in_flight and not self._stopped:
                 self.calls.wait_quiet(since + self.defer_seconds)
             with self._cond:
-                # the newest desired state of that claim (a remove may have replaced it)
-                want = self._pending.pop(uid)
+                # the newest desired state of that claim (a remove may have replaced it or
+                # taken it back)
+                want = self._pending.pop(uid, None)
+                if want is None:
+                    self._busy = False
+                    self._cond.notify_all()
+                    continue
+                if want.entries:
+                    self._sent.add(uid)  # before the request: a failed one may land too
             try:
                 self._apply(want)
             finally:
@@ -385,16 +295,16 @@ class StatusWriter:
             # uid: never touch a claim re-created under the same name (dropped below)
             if entries:
                 self.api.apply_claim_status_devices(
-                    claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid
-                )
+                    claim.namespace, claim.name, entries, self.field_manager, uid=claim.uid)
             else:
                 self.api.remove_claim_status_devices(
-                    claim.namespace, claim.name, self.field_manager, uid=claim.uid
-                )
+                    claim.namespace, claim.name, self.field_manager, uid=claim.uid)
         except Exception as e:
             self._retry_or_drop(want, e)
             return
         self.writes += 1
+        if not entries:
+            self._nothing_applied(claim.uid)
         if want.behind_since is not None:
             log.info("AllocatedDeviceStatus of ResourceClaim %s/%s applied after %d failed "
                      "attempt(s), %.1fs behind", claim.namespace, claim.name, want.attempts,
@@ -403,6 +313,8 @@ class StatusWriter:
     def _retry_or_drop(self, want: _Want, e: Exception) -> None:
         claim = want.claim
         drop = _drop_reason(e)
+        if drop in ("gone", "replaced"):
+            self._nothing_applied(claim.uid)  # nothing of ours on this claim
         if drop is not None:
             if drop == "failed":
                 self._failed(claim, describe(e))
@@ -426,6 +338,13 @@ class StatusWriter:
             if claim.uid not in self._pending:  # else a newer desired state replaced it
                 self._pending[claim.uid] = want
 
+    def _nothing_applied(self, uid: str) -> None:
+        """None of our entries is on claim ``uid`` (removed, gone or re-created)."""
+        with self._cond:
+            self._sent.discard(uid)
+            if uid not in self._pending:
+                self._written.discard(uid)
+
     def _failed(self, claim: ClaimRef, why: str) -> None:
         self.failures += 1
         log.error(
@@ -435,5 +354,4 @@ class StatusWriter:
             why,
             extra={"claim_uid": claim.uid},
         )
-        if self.on_error:
-            self.on_error(why)
+        self.events.status_error(why)

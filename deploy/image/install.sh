@@ -47,7 +47,7 @@ pip install --quiet --no-index --find-links "$wheels" --no-deps -r "$here/requir
 pip install --quiet --no-index --no-deps "$wheels"/drakit-*.whl
 pip check
 # kubernetes ships a second, asyncio copy of its client (kubernetes/aio, ~68 MB); drakit
-# uses kubernetes.client only (plugin/kubeimport.py), so the image leaves it out
+# never imports kubernetes.aio, so the image leaves it out
 rm -rf /opt/drakit/lib/python3*/site-packages/kubernetes/aio
 # byte-code compiled once here: the root filesystem is read-only at run time, and
 # compiling kubernetes.client's models at every start costs about a second

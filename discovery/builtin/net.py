@@ -27,7 +27,6 @@ interface name, default all / none), ``includeVirtual`` (bool, default true), ``
 from __future__ import annotations
 
 import fnmatch
-import ipaddress
 import logging
 import os
 from typing import Any, ClassVar, Literal
@@ -35,6 +34,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from drakit.cdi.names import canonical_cidr
 from drakit.cdi.spec import ContainerEdits, NetDevice
 from drakit.discovery.builtin._common import parse_options, put
 from drakit.discovery.model import Device, DeviceAttribute, Pool
@@ -69,18 +69,6 @@ class NetOptions(BaseModel):
     include_virtual: bool = True
     naming: Literal["name", "mac"] = "name"
     net_devices: bool = False
-
-
-def canonical_cidr(address: str, prefix_len: int) -> str:
-    """``address``/``prefix_len`` in the API's canonical form: RFC 5952 IPv6, IPv4 without
-    leading zeros, an IPv4-mapped IPv6 address as IPv4 with the prefix length less 96
-    (networkData.ips rule, resource-api-validation §2). ``ValueError`` when malformed."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return f"{ip.ipv4_mapped}/{max(prefix_len - 96, 0)}"
-    if not 0 <= prefix_len <= ip.max_prefixlen:
-        raise ValueError(f"prefix length {prefix_len} out of range for {address}")
-    return f"{ip}/{prefix_len}"
 
 
 def interface_addresses(ifname: str) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from drakit.cdi.names import canonical_cidr
 from drakit.discovery import (
     PCI_BUS_ID,
     PCIE_ROOT,
@@ -19,7 +20,7 @@ from drakit.discovery import (
     Pool,
     SysfsBuilder,
 )
-from drakit.discovery.builtin.net import NetDiscovery, canonical_cidr
+from drakit.discovery.builtin.net import NetDiscovery
 
 Ctx = Callable[..., DiscoveryContext]
 

@@ -14,6 +14,14 @@ from typing import Any
 
 import pytest
 
+from drakit.discovery.builtin.example import ExampleDiscovery
+from drakit.discovery.plugin import (
+    DeviceRequest,
+    DeviceStatus,
+    DiscoveryContext,
+    NetworkData,
+    PreparedDevice,
+)
 from drakit.plugin.testing.apiserver import AllocatedDevice, FaultPlan
 from drakit.plugin.testing.harness import DriverHarness
 
@@ -130,3 +138,33 @@ def test_unprepare_never_clears_a_recreated_claims_status(harness: DriverHarness
     assert harness.app.status.flush()
     assert [d["device"] for d in devices_of(harness, newer)] == ["gpu-0"]
     assert harness.app.status.failures == 0  # refused by the UID precondition, not an error
+
+
+class _BadStatusPlugin(ExampleDiscovery):
+    """A vendor plugin whose prepare reports a networkData the API would refuse."""
+
+    name = "badstatus"
+
+    def prepare(self, request: DeviceRequest) -> PreparedDevice:
+        prepared = super().prepare(request)
+        prepared.status = DeviceStatus(network_data=NetworkData(
+            interface_name="eth0", ips=["2001:0db8::1/64"]))  # not in canonical form
+        return prepared
+
+
+def test_invalid_status_fails_the_vendors_prepare_naming_the_field(
+        harness_factory: Callable[..., DriverHarness]) -> None:
+    """A status that breaks an API rule is refused where the vendor builds it: the claim
+    fails with an error naming the field, nothing is left prepared, nothing is applied."""
+    plugin = _BadStatusPlugin(DiscoveryContext(driver_name="drakit.example.com",
+                                               node_name="node-1"))
+    h = harness_factory(plugins=[plugin])
+    claim = h.allocate("badstatus", [("node-1", "gpu-0")])
+    uid = claim["metadata"]["uid"]
+    error = h.prepare(claim)[uid].error
+    assert "ValidationError" in error and "ips" in error
+    assert "must be in canonical form ('2001:db8::1/64')" in error
+    assert h.cdi_files() == []
+    assert h.app.status.flush()
+    assert h.apiserver.requests(resource="resourceclaims/status") == []
+    assert devices_of(h, claim) == []

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from drakit.discovery.model import DeviceStatus, NetworkData
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from drakit.plugin.status import StatusError, build_entries, build_entry, canonical_ip
+from drakit.plugin.events import RecordedEvents
+from drakit.plugin.status import StatusError, build_entries, build_entry
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -89,7 +92,7 @@ def test_network_data_limits() -> None:
 
 @pytest.mark.parametrize("ip", ["10.9.8.7/24", "10.9.8.0/24", "2001:db8::1/64", "::1/128"])
 def test_canonical_ips(ip: str) -> None:
-    assert canonical_ip(ip, "p") == ip
+    assert NetworkData(ips=[ip]).ips == [ip]
 
 
 @pytest.mark.parametrize("ip,match", [
@@ -99,8 +102,8 @@ def test_canonical_ips(ip: str) -> None:
     ("2001:DB8::1/64", "canonical form"),
 ])
 def test_non_canonical_ips(ip: str, match: str) -> None:
-    with pytest.raises(StatusError, match=match):
-        canonical_ip(ip, "p")
+    with pytest.raises(ValidationError, match=match):
+        NetworkData(ips=[ip])
 
 
 def test_invalid_entry_left_out_and_counted() -> None:
@@ -109,7 +112,36 @@ def test_invalid_entry_left_out_and_counted() -> None:
         PreparedDeviceRecord(request="r", pool="p", device="bad",
                              status={"data": [1]}),
     ])
-    reasons: list[str] = []
-    entries = build_entries("drv.example.com", rec, reasons.append)
+    events = RecordedEvents()
+    entries = build_entries("drv.example.com", rec, events)
+    reasons = [reason for (reason,) in events.named("status_invalid")]
     assert [e["device"] for e in entries] == ["good"]
     assert len(reasons) == 1 and "status.devices[1].data" in reasons[0]
+
+
+@pytest.mark.parametrize("status,field,match", [
+    ({"conditions": [cond(i) for i in range(9)]}, "conditions", "Too many: 9"),
+    ({"conditions": [cond(0), cond(0)]}, "conditions", "Duplicate value: 'T0'"),
+    ({"conditions": [cond(0, status="Maybe")]}, "conditions.0.status", "Unsupported value"),
+    ({"conditions": [cond(0, observed_generation=-1)]}, "conditions.0.observed_generation",
+     "greater than or equal to zero"),
+    ({"data": {"k": "x" * 10240}}, "data", "Too long"),
+    ({"network_data": {"interface_name": "i" * 257}}, "network_data.interface_name",
+     "may not be more than 256 bytes"),
+    ({"network_data": {"hardware_address": "h" * 129}}, "network_data.hardware_address",
+     "may not be more than 128 bytes"),
+    ({"network_data": {"ips": ["10.0.0.1"]}}, "network_data.ips.0", "CIDR form"),
+])
+def test_the_vendor_gets_the_error_where_it_builds_the_status(
+        status: dict[str, Any], field: str, match: str) -> None:
+    """DeviceStatus checks the API rules at construction (the plugin's prepare), naming
+    the field; the same rules as the entry conversion above."""
+    with pytest.raises(ValidationError, match=match) as err:
+        DeviceStatus.model_validate(status)
+    assert [".".join(str(x) for x in e["loc"]) for e in err.value.errors()] == [field]
+
+
+def test_assignment_is_checked_too() -> None:
+    network = NetworkData(interface_name="eth0")
+    with pytest.raises(ValidationError, match="interface_name"):
+        network.interface_name = "i" * 257

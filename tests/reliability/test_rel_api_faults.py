@@ -246,14 +246,14 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
     while the claim is prepared); the claim stays prepared (status is best effort) and the
     metric counts it too. Once the server answers again the status is applied."""
     from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+    from drakit.plugin.events import RecordedEvents
     from drakit.plugin.status import StatusWriter
 
     dev = _published(h)[2]
     claim = h.allocate("status-fails", [dev])
     meta = claim["metadata"]
-    errors: list[str] = []
-    writer = StatusWriter(h.app.resource_api, h.driver_name, max_attempts=3,
-                          on_error=errors.append)
+    events = RecordedEvents()
+    writer = StatusWriter(h.app.resource_api, h.driver_name, max_attempts=3, events=events)
     try:
         h.apiserver.set_faults(FaultPlan(error_rate=0.5, drop_rate=0.5,
                                          resources=frozenset({"resourceclaims/status"})))
@@ -268,8 +268,9 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
         h.wait_for(lambda: writer.failures == 1, 60, "the writer to report the failing claim")
         assert not writer.flush(timeout=2)  # still behind: retried, not given up
         assert writer.behind == 1
+        errors = events.named("status_error")
         assert writer.failures == 1 and len(errors) == 1
-        assert "after 3 attempts" in errors[0]
+        assert "after 3 attempts" in errors[0][0]
         attempts = [r for r in h.apiserver.requests(resource="resourceclaims/status")
                     if r.name == meta["name"]]
         assert len(attempts) >= 3  # urllib3 does not retry PATCH; drops may add none
@@ -283,5 +284,5 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
         h.apiserver.set_faults(None)
     # the app's own writer counts give-ups in its metric
     before = h.app.metrics.status_errors._value.get()
-    h.app.status.on_error("test")  # the wiring: App passes on_error → metrics counter
+    h.app.status.events.status_error("test")  # the wiring: App's events → metrics counter
     assert h.app.metrics.status_errors._value.get() == before + 1

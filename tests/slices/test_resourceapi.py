@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import urllib3
@@ -48,7 +50,8 @@ def test_version_detection_and_claim_round_trip(embedded_apiserver_factory: Fact
              "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
                              "lastTransitionTime": "2025-01-01T00:00:00Z"}],
              "networkData": {"interfaceName": "eth1", "ips": ["10.9.8.7/24"]}}
-    out = api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER)
+    assert api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER) is None
+    out = api.get_claim("ns1", "claim-a")
     assert out["status"]["devices"][0]["networkData"]["interfaceName"] == "eth1"
     other = {"driver": "other.example.com", "pool": NODE, "device": "nic-0"}
     api.apply_claim_status_devices("ns1", "claim-a", [other], "other.example.com")
@@ -57,10 +60,10 @@ def test_version_detection_and_claim_round_trip(embedded_apiserver_factory: Fact
     assert {r.content_type.split(";")[0] for r in server.requests(verb="patch")} == {
         "application/apply-patch+yaml"}
 
-    after = api.remove_claim_status_devices("ns1", "claim-a", DRIVER)
-    assert after is not None
+    assert api.remove_claim_status_devices("ns1", "claim-a", DRIVER) is True
+    after = api.get_claim("ns1", "claim-a")
     assert [d["device"] for d in after["status"]["devices"]] == ["nic-0"]
-    assert api.remove_claim_status_devices("ns1", "no-such-claim", DRIVER) is None
+    assert api.remove_claim_status_devices("ns1", "no-such-claim", DRIVER) is False
     with pytest.raises(ApiException) as err:
         api.get_claim("ns1", "no-such-claim")
     assert classify(err.value) is ErrorKind.NOT_FOUND
@@ -157,38 +160,8 @@ def test_host_path_prefix_and_auth_reach_the_server() -> None:
     assert {r.headers["authorization"] for r in seen} == {"Bearer t0k"}
 
 
-def test_auth_refresh_hook_runs_at_most_once_per_reuse_period(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The configuration's refresh hook (set by the kubeconfig loader for expiring tokens)
-    is not re-run on every request, and a refreshed token is sent once the reuse period
-    (``AUTH_REUSE_SECONDS``) is over."""
-    import drakit.plugin.resourceapi as ra
-
-    clock = [1000.0]
-    monkeypatch.setattr(ra.time, "monotonic", lambda: clock[0])
-    config = Configuration(host="http://127.0.0.1:1")
-    config.api_key = {"BearerToken": "old"}
-    config.api_key_prefix = {"BearerToken": "Bearer"}
-    hooks: list[str] = []
-
-    def refresh(c: Configuration) -> None:
-        hooks.append("run")
-        if clock[0] >= 1000.0 + ra.AUTH_REUSE_SECONDS:
-            c.api_key = {"BearerToken": "new"}
-
-    config.refresh_api_key_hook = refresh
-    api = ResourceAPI(ApiClient(config))
-    assert list(api._auth()[0].values()) == ["Bearer old"]
-    for _ in range(5):
-        api._auth()
-    assert len(hooks) == 1
-    clock[0] += ra.AUTH_REUSE_SECONDS
-    headers = api._auth()[0]
-    assert len(hooks) == 2 and "Bearer new" in headers.values()
-
-
 # ---------------------------------------------------------------------------------------------
-# per-request caches (headers, query strings, path segments): what reaches the server
+# what reaches the server: paths, queries, headers and auth
 
 
 @dataclass
@@ -240,50 +213,70 @@ def _recording_server() -> Iterator[tuple[str, list[_Seen]]]:
         server.server_close()
 
 
-def _api(url: str, token: str = "t0k") -> ResourceAPI:
+def _api(url: str, token: str = "t0k", **kwargs: Any) -> ResourceAPI:
     config = Configuration(host=url)
     config.api_key = {"BearerToken": token}
     config.api_key_prefix = {"BearerToken": "Bearer"}
-    return ResourceAPI(ApiClient(config), request_timeout=5)
+    return ResourceAPI(ApiClient(config), request_timeout=5, **kwargs)
 
 
-def test_refreshed_token_is_sent_once_the_reuse_period_is_over(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Headers are built once per auth computation: a token refreshed by the hook reaches
-    the server with the first request after :data:`AUTH_REUSE_SECONDS`, not before."""
-    import drakit.plugin.resourceapi as ra
+def _token_hook(tokens: list[str]) -> Callable[[Configuration], None]:
+    """A refresh hook (as the kubeconfig loader sets for expiring tokens) that hands out
+    ``tokens`` one per run, keeping the last; ``len(runs)`` counts the runs."""
+    runs: list[str] = []
 
-    clock = [1000.0]
-    monkeypatch.setattr(ra.time, "monotonic", lambda: clock[0])
+    def refresh(c: Configuration) -> None:
+        runs.append(tokens[min(len(runs), len(tokens) - 1)])
+        c.api_key = {"BearerToken": runs[-1]}
+
+    refresh.runs = runs  # type: ignore[attr-defined]
+    return refresh
+
+
+def test_auth_refresh_hook_runs_at_most_once_per_reuse_period() -> None:
+    """The configuration's refresh hook is not re-run on every request: within the reuse
+    period every request carries the token of its one run."""
     with _recording_server() as (url, seen):
-        api = _api(url, "old")
-        config = api.api_client.configuration
+        api = _api(url, auth_reuse_seconds=3600)
+        hook = _token_hook(["first", "second"])
+        api.api_client.configuration.refresh_api_key_hook = hook
+        for _ in range(3):
+            api.get_claim("ns", "c")
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+    assert len(hook.runs) == 1  # type: ignore[attr-defined]
+    assert {s.headers["authorization"] for s in seen} == {"Bearer first"}
 
-        def refresh(c: Configuration) -> None:
-            c.api_key = {"BearerToken": "new" if clock[0] >= 1000.0 + ra.AUTH_REUSE_SECONDS
-                         else "old"}
 
-        config.refresh_api_key_hook = refresh
+def test_refreshed_token_is_sent_once_the_reuse_period_is_over() -> None:
+    """A token refreshed by the hook reaches the server with the first request after the
+    reuse period, not before."""
+    with _recording_server() as (url, seen):
+        api = _api(url, auth_reuse_seconds=1.0)
+        hook = _token_hook(["old", "new"])
+        api.api_client.configuration.refresh_api_key_hook = hook
+        api.get_claim("ns", "c")                          # discovery + GET: one hook run
+        api.apply_claim_status_devices("ns", "c", [], DRIVER)
+        time.sleep(1.05)
         api.get_claim("ns", "c")
         api.apply_claim_status_devices("ns", "c", [], DRIVER)
-        clock[0] += ra.AUTH_REUSE_SECONDS / 2
+    sent = [(s.method, s.headers.get("authorization")) for s in seen]
+    assert sent[:3] == [("GET", "Bearer old")] * 2 + [("PATCH", "Bearer old")]
+    assert sent[3:] == [("GET", "Bearer new"), ("PATCH", "Bearer new")]
+
+
+def test_without_reuse_every_request_asks_the_configuration() -> None:
+    with _recording_server() as (url, seen):
+        api = _api(url, auth_reuse_seconds=0)
+        hook = _token_hook(["t1", "t2", "t3"])
+        api.api_client.configuration.refresh_api_key_hook = hook
         api.get_claim("ns", "c")
-        clock[0] += ra.AUTH_REUSE_SECONDS / 2
         api.get_claim("ns", "c")
-        api.apply_claim_status_devices("ns", "c", [], DRIVER)
-    assert [(s.method, s.headers.get("authorization")) for s in seen] == [
-        ("GET", "Bearer old"),              # version discovery
-        ("GET", "Bearer old"),
-        ("PATCH", "Bearer old"),
-        ("GET", "Bearer old"),
-        ("GET", "Bearer new"),
-        ("PATCH", "Bearer new"),
-    ]
+    assert [s.headers["authorization"] for s in seen] == ["Bearer t1", "Bearer t2", "Bearer t3"]
 
 
 def test_each_field_manager_gets_its_own_apply_query() -> None:
-    """The pre-encoded apply query is kept per field manager (encoded as ``urlencode``
-    does), so a second manager never reuses the first one's."""
+    """Every apply carries its own field manager (encoded as ``urlencode`` does) and
+    ``force=true``."""
     from urllib.parse import urlencode
 
     odd = "vendor.example.com/a b&c"
@@ -299,7 +292,7 @@ def test_each_field_manager_gets_its_own_apply_query() -> None:
 
 
 def test_changed_default_headers_and_cookie_are_sent() -> None:
-    """The prebuilt header dicts follow the ApiClient's default headers and cookie, and the
+    """Requests follow the ApiClient's default headers and cookie as they change, and the
     Content-Type of a body never leaks into a request without one."""
     with _recording_server() as (url, seen):
         api = _api(url)
@@ -352,8 +345,11 @@ def test_auth_query_parameters_come_first(monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.mark.parametrize("segment", [
     "claim-a", "a.b_c~d-0", "", "a b", "a/b", "x%2Fy", "ünï", "name:1", "~", "."])
 def test_path_segments_are_quoted_like_the_generated_client(segment: str) -> None:
+    """Namespace and name reach the server percent-encoded as the generated client sends
+    them (``quote(segment, safe="")``): a ``/`` in a name never adds a path segment."""
     from urllib.parse import quote
 
-    from drakit.plugin.resourceapi import _q
-
-    assert _q(segment) == quote(segment, safe="")
+    with _recording_server() as (url, seen):
+        _api(url).get_claim(segment, segment)
+    assert seen[-1].path == (f"/apis/resource.k8s.io/v1/namespaces/{quote(segment, safe='')}"
+                             f"/resourceclaims/{quote(segment, safe='')}")
