@@ -8,7 +8,8 @@ A vendor needs only these names (see examples/drakit-example-vendor)::
 It knows nothing about gRPC or the kubelet (shared/design.md).
 """
 
-from drakit.discovery.hotplug import HotplugMonitor
+from typing import TYPE_CHECKING, Any
+
 from drakit.discovery.loader import (
     ENTRY_POINT_GROUP,
     PluginLoadError,
@@ -55,7 +56,24 @@ from drakit.discovery.plugin import (
     parse_plugin_options,
 )
 from drakit.discovery.sysfs import Sysfs
-from drakit.discovery.testing import SysfsBuilder
+
+if TYPE_CHECKING:
+    from drakit.discovery.hotplug import HotplugMonitor
+    from drakit.discovery.testing import SysfsBuilder
+
+# Imported on first use: the agent starts the hot-plug monitor (pyudev) only when a loaded
+# plugin names a subsystem, and the test helpers never (~1 MB of the idle agent's RSS).
+_LAZY = {"HotplugMonitor": "drakit.discovery.hotplug", "SysfsBuilder": "drakit.discovery.testing"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ENTRY_POINT_GROUP",

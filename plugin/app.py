@@ -15,10 +15,9 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drakit.cdi.store import SpecStore
-from drakit.discovery.hotplug import HotplugMonitor
 from drakit.discovery.loader import load_plugins
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
 from drakit.plugin.activity import KubeletCalls
@@ -33,6 +32,9 @@ from drakit.plugin.resourceapi import ResourceAPI, describe
 from drakit.plugin.retry import CLAIM_READS, DEFAULT_CALL_SECONDS, Deadline, call_with_retries
 from drakit.plugin.slices.publisher import SlicePublisher
 from drakit.plugin.status import StatusWriter
+
+if TYPE_CHECKING:
+    from drakit.discovery.hotplug import HotplugMonitor
 
 log = logging.getLogger(__name__)
 
@@ -189,16 +191,13 @@ class App:
             on_reregister=self._on_reregister,
         )
         subsystems = sorted({sub for p in plugins for sub in p.subsystems})
-        self.hotplug = (
-            HotplugMonitor(
-                subsystems,
-                self._on_hotplug,
-                rescan_interval=s.rescan_seconds,
-                use_udev=str(s.sysfs_root) == "/sys",
-            )
-            if subsystems
-            else None
-        )
+        self.hotplug: HotplugMonitor | None = None
+        if subsystems:  # pyudev and the monitor are loaded only when a plugin watches one
+            from drakit.discovery.hotplug import HotplugMonitor
+
+            self.hotplug = HotplugMonitor(subsystems, self._on_hotplug,
+                                          rescan_interval=s.rescan_seconds,
+                                          use_udev=str(s.sysfs_root) == "/sys")
         self.orphans = OrphanSweeper(
             self.node, self.checkpoint, ClaimReader(self.resource_api),
             grace=s.orphan_grace_seconds, pods=NodePods(self.resource_api, s.node_name),
