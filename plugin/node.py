@@ -66,7 +66,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -102,6 +101,7 @@ from drakit.plugin.claims import (
     opaque_configs,
     typed_config,
 )
+from drakit.plugin.events import Events
 from drakit.plugin.inventory import Inventory
 from drakit.plugin.names import (
     InvalidNameError,
@@ -162,13 +162,6 @@ class SpecWriter(Protocol):
 class StatusWriter(Protocol):
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None: ...
     def remove(self, claim: ClaimRef) -> None: ...
-
-
-class Observer(Protocol):
-    """Hooks for metrics: called once per claim with its result and duration (seconds)."""
-
-    def claim_prepared(self, ok: bool, seconds: float) -> None: ...
-    def claim_unprepared(self, ok: bool, seconds: float) -> None: ...
 
 
 def parse_crash_points(value: str | None) -> dict[str, float]:
@@ -246,8 +239,8 @@ def cdi_device_name(claim_uid: str, alloc: AllocatedDevice) -> str:
 class NodeLogic:
     """Implements :class:`drakit.plugin.types.NodeService` for one driver on one node.
 
-    ``on_checkpoint_error(message)`` is called whenever an operation fails because the
-    checkpoint is unreadable or unwritable (metrics). ``calls`` counts the prepare and
+    ``events`` hears of every claim answered and every checkpoint failure
+    (:class:`drakit.plugin.events.Events`; default: none). ``calls`` counts the prepare and
     unprepare calls in flight (background status writes give way to them; default: a
     counter of its own).
     ``crash_points`` overrides ``$DRAKIT_CRASH_POINT`` (tests only; see the module docstring).
@@ -261,8 +254,7 @@ class NodeLogic:
         specs: SpecWriter,
         checkpoint: Checkpoint,
         status: StatusWriter | None = None,
-        observer: Observer | None = None,
-        on_checkpoint_error: Callable[[str], None] | None = None,
+        events: Events | None = None,
         crash_points: str | None = None,
         calls: KubeletCalls | None = None,
     ) -> None:
@@ -273,8 +265,7 @@ class NodeLogic:
         self.specs = specs
         self.checkpoint = checkpoint
         self.status = status
-        self.observer = observer
-        self.on_checkpoint_error = on_checkpoint_error
+        self.events = events if events is not None else Events()
         self._inflight_lock = threading.Lock()
         self._inflight: dict[str, _Flight] = {}
         self._waiters = 0
@@ -315,11 +306,7 @@ class NodeLogic:
     def _checkpoint_failed(self, e: CheckpointError) -> str:
         msg = str(e)
         log.error("%s", msg)
-        if self.on_checkpoint_error is not None:
-            try:
-                self.on_checkpoint_error(msg)
-            except Exception:
-                log.exception("on_checkpoint_error hook failed")
+        self.events.checkpoint_error(msg)
         return msg
 
     # -- single flight -------------------------------------------------------------------
@@ -404,11 +391,10 @@ class NodeLogic:
                 results.update(self._prepare_owned(mine, deadline))
             finally:
                 self._release(results, mine)
-            if self.observer:
-                elapsed = time.monotonic() - started
-                for ref in mine:
-                    got = results.get(ref.uid)
-                    self.observer.claim_prepared(got is not None and not got.error, elapsed)
+            elapsed = time.monotonic() - started
+            for ref in mine:
+                got = results.get(ref.uid)
+                self.events.claim_prepared(got is not None and not got.error, elapsed)
             refs = []
             for uid, flight in waiting.items():
                 ok, got = self._wait(flight, deadline)
@@ -745,10 +731,9 @@ class NodeLogic:
                 results.update(self._unprepare_owned(mine, write_status))
             finally:
                 self._release(results, mine)
-            if self.observer:
-                elapsed = time.monotonic() - started
-                for ref in mine:
-                    self.observer.claim_unprepared(results.get(ref.uid) == "", elapsed)
+            elapsed = time.monotonic() - started
+            for ref in mine:
+                self.events.claim_unprepared(results.get(ref.uid) == "", elapsed)
             # A prepare or unprepare of these claims was running: run ours after it.
             late = False
             for flight in waiting.values():
