@@ -50,10 +50,9 @@ Rules (kubelet-wire-protocol fact sheet §2.3, §4.2; issue 3):
   is gone are rolled back; completed entries missing their CDI spec get it re-written; CDI
   specs of this driver that no entry owns are removed.
 
-Fault injection for crash tests: the environment variable ``DRAKIT_CRASH_POINT`` (read once,
-at construction) names points inside prepare where the process kills itself with SIGKILL:
-``after-driver-hook``, ``after-cdi-write``, ``after-checkpoint-write``, each optionally with
-``:probability`` (default 1), comma-separated. Unset, it costs nothing.
+Crash tests: ``crash_hook`` (a constructor argument, never set in production) is called at
+each of :data:`CRASH_POINTS`; tests/contract/crash_agent.py runs ``drakit run`` with a hook
+that kills the process there.
 """
 
 from __future__ import annotations
@@ -62,11 +61,10 @@ import hashlib
 import json
 import logging
 import os
-import random
-import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,32 +108,20 @@ from drakit.plugin.names import (
     check_object_name,
 )
 from drakit.plugin.retry import call_deadline
+from drakit.plugin.singleflight import SingleFlight
 from drakit.plugin.types import PreparedDeviceRef, PrepareResult
 
 log = logging.getLogger(__name__)
 
-CRASH_ENV = "DRAKIT_CRASH_POINT"
+#: The points inside prepare where a ``crash_hook`` is called (crash tests).
 CRASH_POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
+CrashHook = Callable[[str], None]
 #: Seconds after which a CDI temp file (``.<spec file>.<random>.tmp``) is surely abandoned.
 TEMP_FILE_AGE = 60.0
 #: Threads reading the claims of one kubelet call concurrently (shared by all calls).
 CLAIM_READ_THREADS = 8
 #: reservedFor digests remembered (for the stale-prepare rule); the oldest are forgotten.
 MAX_REMEMBERED_RESERVATIONS = 4096
-
-
-class _Flight:
-    """One claim being prepared or unprepared by one kubelet call (single flight): its
-    ``future`` gets the result; ``deadline`` is that call's (monotonic seconds). A result
-    set after the deadline is ``stale``: its caller had given up, so a later call that
-    waited for it runs afresh instead of taking it."""
-
-    __slots__ = ("deadline", "future", "stale")
-
-    def __init__(self, deadline: float) -> None:
-        self.future: Future[Any] = Future()
-        self.deadline = deadline
-        self.stale = False
 
 
 class ClaimSource(Protocol):
@@ -162,27 +148,6 @@ class SpecWriter(Protocol):
 class StatusWriter(Protocol):
     def write(self, claim: ClaimRef, record: ClaimRecord) -> None: ...
     def remove(self, claim: ClaimRef) -> None: ...
-
-
-def parse_crash_points(value: str | None) -> dict[str, float]:
-    """``"after-cdi-write:0.3,after-driver-hook"`` → {point: probability}. Raises ValueError
-    naming an unknown point or a probability outside [0, 1]."""
-    points: dict[str, float] = {}
-    for part in (value or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, prob = part.partition(":")
-        if name not in CRASH_POINTS:
-            raise ValueError(f"{CRASH_ENV}: unknown crash point {name!r} (known: {CRASH_POINTS})")
-        try:
-            p = float(prob) if prob else 1.0
-        except ValueError:
-            raise ValueError(f"{CRASH_ENV}: {part!r}: probability is not a number") from None
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"{CRASH_ENV}: {part!r}: probability must be in [0, 1]")
-        points[name] = p
-    return points
 
 
 def reservations_digest(reserved_for: Any) -> str | None:
@@ -243,7 +208,8 @@ class NodeLogic:
     (:class:`drakit.plugin.events.Events`; default: none). ``calls`` counts the prepare and
     unprepare calls in flight (background status writes give way to them; default: a
     counter of its own).
-    ``crash_points`` overrides ``$DRAKIT_CRASH_POINT`` (tests only; see the module docstring).
+    ``crash_hook(point)`` is called at each of :data:`CRASH_POINTS` (crash tests only: the
+    crash agent of tests/contract kills the process there; default: nothing).
     """
 
     def __init__(
@@ -255,7 +221,7 @@ class NodeLogic:
         checkpoint: Checkpoint,
         status: StatusWriter | None = None,
         events: Events | None = None,
-        crash_points: str | None = None,
+        crash_hook: CrashHook | None = None,
         calls: KubeletCalls | None = None,
     ) -> None:
         self.driver_name = driver_name
@@ -266,17 +232,13 @@ class NodeLogic:
         self.checkpoint = checkpoint
         self.status = status
         self.events = events if events is not None else Events()
-        self._inflight_lock = threading.Lock()
-        self._inflight: dict[str, _Flight] = {}
-        self._waiters = 0
+        self.flights = SingleFlight()
+        self._lock = threading.Lock()  # _readers, _reservations
         self._readers: ThreadPoolExecutor | None = None
         # claim UID → digest of status.reservedFor as last read by a prepare; an unprepare
         # keeps it in its mark for the stale-prepare rule
         self._reservations: dict[str, str] = {}
-        spec = crash_points if crash_points is not None else os.environ.get(CRASH_ENV)
-        self._crash_points = parse_crash_points(spec) or None
-        if self._crash_points:
-            log.warning("fault injection armed: %s=%s", CRASH_ENV, spec)
+        self._crash = crash_hook if crash_hook is not None else _no_crash
         inventory.set_in_use(self.prepared_devices)
 
     # -- observability -------------------------------------------------------------------
@@ -284,8 +246,7 @@ class NodeLogic:
     @property
     def single_flight_waiters(self) -> int:
         """Callers currently waiting for another caller's run of the same claim."""
-        with self._inflight_lock:
-            return self._waiters
+        return self.flights.waiters
 
     def prepared_devices(self) -> set[tuple[str, str]]:
         """(pool, device) of every device recorded in the checkpoint (empty while corrupt)."""
@@ -295,64 +256,16 @@ class NodeLogic:
         except CheckpointError:
             return set()
 
-    def _crash(self, point: str) -> None:
-        p = self._crash_points.get(point) if self._crash_points else None
-        if p is not None and (p >= 1.0 or random.random() < p):
-            log.warning("fault injection: SIGKILL at %s", point)
-            for h in logging.getLogger().handlers:
-                h.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
     def _checkpoint_failed(self, e: CheckpointError) -> str:
         msg = str(e)
         log.error("%s", msg)
         self.events.checkpoint_error(msg)
         return msg
 
-    # -- single flight -------------------------------------------------------------------
-
-    def _claim_slots(self, refs: list[ClaimRef],
-                     deadline: float) -> tuple[list[ClaimRef], dict[str, _Flight]]:
-        """Split ``refs`` into claims this call owns and flights of claims already running."""
-        mine: list[ClaimRef] = []
-        waiting: dict[str, _Flight] = {}
-        with self._inflight_lock:
-            for ref in refs:
-                flight = self._inflight.get(ref.uid)
-                if flight is not None:
-                    waiting[ref.uid] = flight
-                else:
-                    self._inflight[ref.uid] = _Flight(deadline)
-                    mine.append(ref)
-        return mine, waiting
-
-    def _release(self, results: dict[str, Any], owned: list[ClaimRef]) -> None:
-        now = time.monotonic()
-        with self._inflight_lock:
-            for ref in owned:
-                flight = self._inflight.pop(ref.uid, None)
-                if flight is not None:
-                    flight.stale = now > flight.deadline
-                    flight.future.set_result(results.get(ref.uid))
-
-    def _wait(self, flight: _Flight, deadline: float) -> tuple[bool, Any]:
-        """Wait for another call's run of a claim, until ``deadline``. Returns (True, its
-        result), or (False, None) when the deadline came first or the result is stale."""
-        with self._inflight_lock:
-            self._waiters += 1
-        try:
-            got = flight.future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            return False, None
-        finally:
-            with self._inflight_lock:
-                self._waiters -= 1
-        return (False, None) if flight.stale else (True, got)
-
     def _remember_reservations(self, uid: str, digest: str | None) -> None:
         """Note the ``status.reservedFor`` digest a prepare of claim ``uid`` saw."""
         if digest:
-            with self._inflight_lock:
+            with self._lock:
                 self._reservations.pop(uid, None)
                 self._reservations[uid] = digest
                 while len(self._reservations) > MAX_REMEMBERED_RESERVATIONS:
@@ -386,18 +299,18 @@ class NodeLogic:
             refs.append(ref)
         started = time.monotonic()
         while refs:
-            mine, waiting = self._claim_slots(refs, deadline)
+            mine, waiting = self.flights.claim(refs, deadline)
             try:
                 results.update(self._prepare_owned(mine, deadline))
             finally:
-                self._release(results, mine)
+                self.flights.release(results, mine)
             elapsed = time.monotonic() - started
             for ref in mine:
                 got = results.get(ref.uid)
                 self.events.claim_prepared(got is not None and not got.error, elapsed)
             refs = []
             for uid, flight in waiting.items():
-                ok, got = self._wait(flight, deadline)
+                ok, got = self.flights.wait(flight, deadline)
                 if ok and isinstance(got, PrepareResult):
                     results[uid] = got  # the first caller's answer
                 elif time.monotonic() >= deadline:
@@ -454,7 +367,7 @@ class NodeLogic:
         if len(refs) <= 1:
             return [plan(r) for r in refs]
         if self._readers is None:
-            with self._inflight_lock:
+            with self._lock:
                 if self._readers is None:
                     self._readers = ThreadPoolExecutor(CLAIM_READ_THREADS,
                                                        thread_name_prefix="claim-read")
@@ -726,18 +639,18 @@ class NodeLogic:
             refs.append(ref)
         started = time.monotonic()
         while refs:
-            mine, waiting = self._claim_slots(refs, deadline)
+            mine, waiting = self.flights.claim(refs, deadline)
             try:
                 results.update(self._unprepare_owned(mine, write_status))
             finally:
-                self._release(results, mine)
+                self.flights.release(results, mine)
             elapsed = time.monotonic() - started
             for ref in mine:
                 self.events.claim_unprepared(results.get(ref.uid) == "", elapsed)
             # A prepare or unprepare of these claims was running: run ours after it.
             late = False
             for flight in waiting.values():
-                self._wait(flight, deadline)
+                self.flights.wait(flight, deadline)
                 late = late or time.monotonic() >= deadline
             if late:
                 for ref in refs:
@@ -810,7 +723,7 @@ class NodeLogic:
         removed gets its entry back (a second write, same lock: the device stays busy while
         a spec still names it). Returns claim UID → error for those."""
         now = time.time()
-        with self._inflight_lock:
+        with self._lock:
             seen = {uid: self._reservations[uid] for uid in [*drop, *unknown]
                     if uid in self._reservations}
         failed: dict[str, str] = {}
@@ -922,7 +835,7 @@ class NodeLogic:
         ]
         if not candidates:
             return 0
-        mine, _busy = self._claim_slots(candidates, call_deadline(None))
+        mine, _busy = self.flights.claim(candidates, call_deadline(None))
         adopted: list[ClaimRecord] = []
         try:
             uids = {r.uid for r in mine}
@@ -953,7 +866,7 @@ class NodeLogic:
                 log.warning("rolled back %d claim(s) left half-prepared by a crashed instance",
                             len(adopted))
         finally:
-            self._release({}, mine)  # waiters (none expected) run their own call afresh
+            self.flights.release({}, mine)  # waiters (none expected) run their own call afresh
         return len(adopted)
 
     def sweep_orphan_specs(self) -> list[str]:
@@ -994,6 +907,10 @@ class NodeLogic:
                     log.info("removed abandoned CDI temp file %s", entry.path)
             except OSError:
                 continue
+
+
+def _no_crash(point: str) -> None:
+    pass
 
 
 def _dedupe(claims: list[ClaimRef]) -> list[ClaimRef]:

@@ -1,7 +1,8 @@
 """Crash-consistency driver (issue 10): many prepare/unprepare cycles through the fake kubelet
-against a ``drakit run`` subprocess that is killed with SIGKILL at random moments and at the
-injected points inside prepare (``DRAKIT_CRASH_POINT``), restarted, and retried like the
-kubelet retries. At every quiet point (agent alive, every pending call retried) it checks:
+against a ``drakit run`` subprocess (crash_agent.py) that is killed with SIGKILL at random
+moments and at the injected points inside prepare (``DRAKIT_CRASH_POINT``), restarted, and
+retried like the kubelet retries. At every quiet point (agent alive, every pending call
+retried) it checks:
 
 a. every claim the kubelet believes prepared is completed in the checkpoint with its CDI file;
 b. every checkpoint entry has its CDI file;
@@ -36,12 +37,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contract_helpers import DRIVER, Violations, check_invariants
 
+from drakit.plugin.node import CRASH_POINTS
 from drakit.plugin.testing.fake_kubelet import KubeletCallError, KubeletCheckError
 from drakit.plugin.testing.harness import DriverHarness
 
-POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
+POINTS = CRASH_POINTS
 CALL_TIMEOUT = 10.0
 POOL = "node-1"
+
+
+def crash_agent_command() -> list[str]:
+    """The agent command with crash points (:mod:`crash_agent`) for DriverHarness."""
+    return [sys.executable, str(Path(__file__).resolve().parent / "crash_agent.py")]
 
 
 @dataclass
@@ -107,6 +114,7 @@ class CrashDriver:
             root, subprocess=True,
             plugin_options={"example": {"generate": {"count": devices, "prefix": "dev"}}},
         )
+        self.h.agent_command = crash_agent_command()
         self.claims: dict[str, Claim] = {}
         self.report = Report()
         self._killed_by_us = False

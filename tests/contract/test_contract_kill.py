@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from contract_helpers import check_invariants, uid_of
-from crash_driver import CrashDriver
+from crash_agent import parse_crash_points
+from crash_driver import CrashDriver, crash_agent_command
 
 from drakit.plugin.checkpoint import Checkpoint
-from drakit.plugin.node import CRASH_POINTS, parse_crash_points
+from drakit.plugin.node import CRASH_POINTS
 from drakit.plugin.testing.fake_kubelet import KubeletCallError
 from drakit.plugin.testing.harness import DriverHarness
 
@@ -31,7 +32,9 @@ def test_crash_point_parsing() -> None:
 def test_kill_mid_prepare_then_restart_and_retry(
     harness_factory: Callable[..., DriverHarness], point: str
 ) -> None:
-    h = harness_factory(subprocess=True, env={"DRAKIT_CRASH_POINT": point})
+    h = harness_factory(start=False, subprocess=True, env={"DRAKIT_CRASH_POINT": point})
+    h.agent_command = crash_agent_command()
+    h.start()
     a = h.allocate("a", [("node-1", "gpu-0")])
     b = h.allocate("b", [("node-1", "gpu-1")])
     with pytest.raises(KubeletCallError):
