@@ -175,7 +175,7 @@ class Prepare:
 
     def _admit(self, state: CheckpointState, plans: list[Plan], owner: str) -> Admission:
         """The checkpoint change of admission: decide, and record the admitted claims."""
-        got = admit(dict(state.peek_claims()), state.unprepared, plans, owner,
+        got = admit(state.claims, state.unprepared, plans, owner,
                     self.checkpoint.owner_alive, time.time())
         record(state, got)
         return got
