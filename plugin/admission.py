@@ -36,11 +36,14 @@ from drakit.plugin.claimplan import Plan
 class Admission:
     """What :func:`admit` decided, by claim UID: ``started`` (admitted; their
     ``PrepareStarted`` records), ``completed`` (already prepared: their records),
-    ``refused`` (the claim's error)."""
+    ``refused`` (the claim's error). ``prepared``: admitted claims the caller prepared
+    before recording them (their ``PrepareCompleted`` records, see
+    :mod:`drakit.plugin.prepare`)."""
 
     started: dict[str, ClaimRecord] = field(default_factory=dict)
     completed: dict[str, ClaimRecord] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
+    prepared: dict[str, ClaimRecord] = field(default_factory=dict)
 
 
 def busy_devices(claims: Mapping[str, ClaimRecord]) -> dict[tuple[str, str], str]:
@@ -84,8 +87,9 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
 
 
 def record(state: CheckpointState, admission: Admission) -> None:
-    """Put the admitted claims of ``admission`` into ``state`` (clearing their marks)."""
-    for uid, rec in admission.started.items():
+    """Put the admitted claims of ``admission`` (``started`` and ``prepared``) into
+    ``state``, clearing their marks."""
+    for uid, rec in (admission.started | admission.prepared).items():
         state.claims[uid] = rec
         state.unprepared.pop(uid, None)
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from drakit.cdi.spec import ContainerEdits
 from drakit.cdi.spec import Device as CDIDevice
-from drakit.discovery.plugin import ClaimRef, UnprepareRequest, env_name
+from drakit.discovery.plugin import ClaimRef, DiscoveryPlugin, UnprepareRequest, env_name
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.claimplan import Plan
 from drakit.plugin.inventory import Inventory
@@ -42,6 +42,13 @@ class SpecWriter(Protocol):
     def exists(self, claim_uid: str) -> bool: ...
     def qualified_name(self, device_name: str) -> str: ...
     def list_specs(self) -> list[str]: ...
+
+
+def without_prepare_hook(plan: Plan) -> bool:
+    """True when no device of ``plan`` has a prepare hook: its plugin keeps
+    :meth:`DiscoveryPlugin.prepare`'s default, which computes container edits from the
+    discovered device and changes nothing on the node."""
+    return all(type(it.plugin).prepare is DiscoveryPlugin.prepare for it in plan.items)
 
 
 def no_crash(point: str) -> None:

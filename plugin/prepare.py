@@ -14,6 +14,18 @@ Write order and crashes: the ``PrepareStarted`` record comes before any side eff
 crash leaves a record recovery rolls back (:mod:`drakit.plugin.recovery`), never a device
 prepared with no record; the CDI spec comes before the ``PrepareCompleted`` record, so a
 completed record always has its spec.
+
+Claims without a prepare hook (every device's plugin keeps
+:meth:`drakit.discovery.plugin.DiscoveryPlugin.prepare`'s default, which changes nothing on
+the node: :func:`drakit.plugin.claimdevices.without_prepare_hook`) skip the
+``PrepareStarted`` write: inside the admission write, still under the file lock, their CDI
+spec is written and they are recorded ``PrepareCompleted`` at once (one checkpoint write
+per call instead of two). What a crash can leave of them is a CDI spec without a record,
+which is what ``PrepareStarted`` would have been rolled back to anyway; the orphan-spec
+sweep (start-up and every orphan pass, under the same file lock, so it never meets a spec
+being written) removes it, and the kubelet's retry prepares the claim afresh. A failed
+admission write removes their specs again (under the lock, only while no record names the
+claim).
 """
 
 from __future__ import annotations
@@ -29,7 +41,13 @@ from typing import Any, Protocol
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.admission import Admission, admit, drop_started, record
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError, CheckpointState, ClaimRecord
-from drakit.plugin.claimdevices import ClaimDevices, answer, claim_ref, log_context
+from drakit.plugin.claimdevices import (
+    ClaimDevices,
+    answer,
+    claim_ref,
+    log_context,
+    without_prepare_hook,
+)
 from drakit.plugin.claimplan import Plan, plan_claim
 from drakit.plugin.claims import ClaimError, RetryableClaimError
 from drakit.plugin.events import Events
@@ -173,19 +191,36 @@ class Prepare:
             raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: not found")
         return plan_claim(ref, claim, self.driver_name, self.inventory)
 
-    def _admit(self, state: CheckpointState, plans: list[Plan], owner: str) -> Admission:
-        """The checkpoint change of admission: decide, and record the admitted claims."""
+    def _admit(self, state: CheckpointState, plans: list[Plan], owner: str,
+               early: dict[str, ClaimRecord], errors: dict[str, str]) -> Admission:
+        """The checkpoint change of admission: decide; prepare the admitted claims without
+        a prepare hook (``early``: their started records; ``errors``: those that failed);
+        record the others ``PrepareStarted`` and those ``PrepareCompleted``."""
         got = admit(state.claims, state.unprepared, plans, owner,
                     self.checkpoint.owner_alive, time.time())
+        for p in plans:
+            started = got.started.get(p.ref.uid)
+            if started is None or not without_prepare_hook(p):
+                continue
+            del got.started[p.ref.uid]
+            early[p.ref.uid] = started
+            try:
+                got.prepared[p.ref.uid] = self.devices.prepare(p, started, time.time())
+            except Exception as e:
+                errors[p.ref.uid] = _failure(p, e)
         record(state, got)
         return got
 
     def _run_plans(self, plans: list[Plan]) -> dict[str, PrepareResult]:
+        early: dict[str, ClaimRecord] = {}
+        errors: dict[str, str] = {}
         try:
             owner = self.checkpoint.owner
-            adm = self.checkpoint.update_state(lambda s: self._admit(s, plans, owner))
+            adm = self.checkpoint.update_state(
+                lambda s: self._admit(s, plans, owner, early, errors))
         except CheckpointError as e:
             msg = checkpoint_failed(self.events, e)
+            self._undo_unrecorded(early)
             return {p.ref.uid: PrepareResult(error=msg) for p in plans}
         for p in plans:  # the claims as this call saw them, for a later unprepare's mark
             self.reservations.remember(p.ref.uid, p.reservations)
@@ -203,22 +238,24 @@ class Prepare:
             try:
                 done[p.ref.uid] = self.devices.prepare(p, started, time.time())
             except Exception as e:
-                msg = str(e) if isinstance(e, ClaimError) else (
-                    f"{p.name}: {type(e).__name__}: {e}")
-                results[p.ref.uid] = PrepareResult(error=msg)
-                log.warning("prepare failed: %s", msg, extra=log_context(p.ref))
-        if not adm.started:
-            return results
-        failed = [uid for uid in adm.started if uid not in done]
-        try:
-            self.checkpoint.update(lambda claims: _complete(claims, done, failed, owner))
-        except CheckpointError as e:
-            # Not recorded as completed: roll every claim of this call back.
-            msg = checkpoint_failed(self.events, e)
-            for rec in done.values():
-                self.devices.rollback(claim_ref(rec), list(rec.devices))
-            return results | {uid: PrepareResult(error=msg) for uid in adm.started}
-        self.devices.crash("after-checkpoint-write")
+                errors[p.ref.uid] = _failure(p, e)
+        for uid, msg in errors.items():
+            results[uid] = PrepareResult(error=msg)
+            log.warning("prepare failed: %s", msg, extra={"claim_uid": uid})
+        if adm.started:
+            failed = [uid for uid in adm.started if uid not in done]
+            try:
+                self.checkpoint.update(lambda claims: _complete(claims, done, failed, owner))
+            except CheckpointError as e:
+                # Not recorded as completed: roll these claims back.
+                msg = checkpoint_failed(self.events, e)
+                for rec in done.values():
+                    self.devices.rollback(claim_ref(rec), list(rec.devices))
+                results |= {uid: PrepareResult(error=msg) for uid in adm.started}
+                done = {}
+        done |= adm.prepared
+        if done:
+            self.devices.crash("after-checkpoint-write")
         for p in plans:
             if p.ref.uid not in done:
                 continue
@@ -233,6 +270,25 @@ class Prepare:
             log.debug("prepared claim with %d device(s)", len(rec.devices),
                       extra=log_context(p.ref))
         return results
+
+    def _undo_unrecorded(self, early: dict[str, ClaimRecord]) -> None:
+        """After a failed admission write: remove the CDI specs written for ``early``
+        claims, under the file lock and only while no record names the claim (another
+        instance may have prepared it meanwhile)."""
+        if not early:
+            return
+        try:
+            with self.checkpoint.locked() as state:
+                for uid, rec in early.items():
+                    if uid not in state.claims:
+                        self.devices.rollback(claim_ref(rec), [])
+        except CheckpointError:
+            log.error("CDI specs of %d claim(s) not recorded are left for the orphan sweep",
+                      len(early))
+
+
+def _failure(p: Plan, e: Exception) -> str:
+    return str(e) if isinstance(e, ClaimError) else f"{p.name}: {type(e).__name__}: {e}"
 
 
 def _complete(claims: dict[str, ClaimRecord], done: dict[str, ClaimRecord],

@@ -4,8 +4,11 @@ with SIGKILL at the named points.
 
 ``DRAKIT_CRASH_POINT`` names the points: ``after-driver-hook``, ``after-cdi-write``,
 ``after-checkpoint-write`` (:data:`drakit.plugin.node.CRASH_POINTS`), each optionally with
-``:probability`` (default 1), comma-separated; unset, nothing is armed. Usage: the
-arguments of ``drakit run`` (``python crash_agent.py run --driver-name ...``).
+``:probability`` (default 1), comma-separated; unset, nothing is armed.
+``DRAKIT_CRASH_WITHOUT_PREPARE_HOOK=1`` takes the example plugin's prepare hook away (it
+keeps :meth:`DiscoveryPlugin.prepare`'s default), so the path of claims without a prepare
+hook is the one crashed. Usage: the arguments of ``drakit run``
+(``python crash_agent.py run --driver-name ...``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from drakit.plugin import cli
 from drakit.plugin.node import CRASH_POINTS, NodeLogic
 
 CRASH_ENV = "DRAKIT_CRASH_POINT"
+WITHOUT_HOOK_ENV = "DRAKIT_CRASH_WITHOUT_PREPARE_HOOK"
 log = logging.getLogger("crash_agent")
 
 
@@ -60,6 +64,11 @@ def crash_hook(points: dict[str, float]) -> Callable[[str], None]:
 
 
 def main(argv: list[str]) -> int:
+    if os.environ.get(WITHOUT_HOOK_ENV) == "1":
+        from drakit.discovery.builtin.example import ExampleDiscovery
+        from drakit.discovery.plugin import DiscoveryPlugin
+
+        ExampleDiscovery.prepare = DiscoveryPlugin.prepare  # type: ignore[method-assign]
     spec = os.environ.get(CRASH_ENV)
     points = parse_crash_points(spec)
     if points:

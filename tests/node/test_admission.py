@@ -122,6 +122,11 @@ def test_admit_reads_only_and_record_writes_the_decision() -> None:
     record(state, got)
     assert state.claims == {"x": claims["x"], "a": got.started["a"]}
     assert state.unprepared == {"z": marks["z"]}  # the admitted claim's mark is cleared
+    # Claims prepared before the write (no prepare hook) are recorded completed at once.
+    done = got.started["a"].model_copy(update={"phase": "PrepareCompleted"})
+    state = CheckpointState(dict(claims), dict(marks))
+    record(state, Admission(prepared={"a": done}))
+    assert state.claims == {"x": claims["x"], "a": done} and "a" not in state.unprepared
 
 
 def test_drop_started_drops_only_this_owners_started_records() -> None:
