@@ -1,7 +1,7 @@
 """Claims whose devices have no prepare hook (the plugin keeps DiscoveryPlugin.prepare's
 default): one checkpoint write per prepare (no PrepareStarted write), the CDI spec written
-under the file lock; the same admission rules; a crash at any point leaves at most a spec
-the start-up sweep removes (drakit.plugin.prepare, issue #18)."""
+under the file lock; the same admission rules (drakit.plugin.prepare, issue #18). Kills at
+each crash point: test_contract_kill.py."""
 
 from __future__ import annotations
 
@@ -10,14 +10,9 @@ from typing import Any, ClassVar
 
 import pytest
 from contract_helpers import DRIVER, NODE, POOL, ControlledPlugin, check_invariants, uid_of
-from crash_agent import WITHOUT_HOOK_ENV
-from crash_driver import crash_agent_command
 
 from drakit.discovery.model import Device, Pool
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
-from drakit.plugin.checkpoint import Checkpoint
-from drakit.plugin.node import CRASH_POINTS
-from drakit.plugin.testing.fake_kubelet import KubeletCallError
 from drakit.plugin.testing.harness import DriverHarness
 
 
@@ -77,40 +72,3 @@ def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverH
     assert res[uid_of(fine)].error == ""
     assert set(h.app.checkpoint.claims()) == {uid_of(fine)}
     assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(fine)})
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("point", CRASH_POINTS)
-def test_kill_mid_prepare_without_prepare_hook(
-    harness_factory: Callable[..., DriverHarness], point: str
-) -> None:
-    h = harness_factory(start=False, subprocess=True,
-                        env={"DRAKIT_CRASH_POINT": point, WITHOUT_HOOK_ENV: "1"},
-                        plugin_options={"example": {"generate": {"count": 2, "prefix": "dev"}}})
-    h.agent_command = crash_agent_command()
-    h.start()
-    a = h.allocate("a", [("node-1", "dev-0")])
-    b = h.allocate("b", [("node-1", "dev-1")])
-    with pytest.raises(KubeletCallError):
-        h.prepare(a, b, timeout=20)
-    assert h.process is not None
-    assert h.process.wait(timeout=10) == -9  # it killed itself at the point
-    on_disk = Checkpoint(h.checkpoint_path).claims()
-    if point == "after-checkpoint-write":
-        assert set(on_disk) == {uid_of(a), uid_of(b)}
-        assert {r.phase for r in on_disk.values()} == {"PrepareCompleted"}
-    else:
-        assert on_disk == {}  # no PrepareStarted record: at most a spec is left
-
-    h.env = {WITHOUT_HOOK_ENV: "1"}
-    h.stop_plugin(kill=True)
-    h.start_plugin()
-    # After the start-up sweep, before any retry: consistent, no spec without a record.
-    expected = {uid_of(a), uid_of(b)} if point == "after-checkpoint-write" else set()
-    assert not check_invariants(h.checkpoint_path, h.cdi_dir, expected)
-    assert set(Checkpoint(h.checkpoint_path).claims()) == expected
-    res = h.prepare(a, b)
-    assert {u: r.error for u, r in res.items()} == {uid_of(a): "", uid_of(b): ""}
-    assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(a), uid_of(b)})
-    assert h.unprepare(a, b) == {uid_of(a): "", uid_of(b): ""}
-    assert h.cdi_files() == []
