@@ -165,8 +165,7 @@ class App:
             self.specs,
             self.checkpoint,
             self.status,
-            self.metrics,
-            on_checkpoint_error=lambda _msg: self.metrics.checkpoint_errors.inc(),
+            events=self.events,
             calls=self.kubelet_calls,
         )
         self.publisher = SlicePublisher(

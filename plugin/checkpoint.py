@@ -1,29 +1,35 @@
 """The checkpoint of prepared claims: one JSON file, written atomically, with a format version
 and a checksum, shared safely by two plugin instances during a rolling update.
 
-File shape (mode 0600)::
+File shape (mode 0600; canonical JSON: sorted keys, no spaces)::
 
-    {"version": 2, "checksum": "<sha256 hex of the canonical JSON of {claims, unprepared}>",
+    {"checksum": "<sha256 hex of the canonical JSON of {claims, unprepared}>",
      "claims": {"<claim UID>": ClaimRecord, ...},
-     "unprepared": {"<claim UID>": UnpreparedRecord, ...}}
+     "unprepared": {"<claim UID>": UnpreparedRecord, ...}, "version": 2}
 
 Version 1 files (no ``unprepared``; checksum over ``claims`` alone) are read and rewritten as
-version 2 at the next change.
+version 2 at the next change. Any valid layout of the same content is read (the checksum is
+taken over the parsed content).
 
 A claim goes through ``PrepareStarted`` (recorded before any driver hook runs, with the
 instance that runs it as ``owner``, so a crash can be rolled back) and ``PrepareCompleted``
 (recorded before the kubelet gets its answer). Unprepare works from the record alone (it
 holds the allocation results and the opaque configs) and leaves an ``unprepared`` mark for a
-while, so a stale prepare retry can be told from a real one (see :mod:`drakit.plugin.node`).
+while, so a stale prepare retry can be told from a real one (see :mod:`drakit.plugin.admission`).
+
+Records are frozen pydantic models: a change replaces a record (``model_copy(update=...)``),
+it never edits one, so records are shared between memory, callers and changes without
+copies. Their JSON fields (``config``, ``edits``, ``state``...) must not be edited in place.
 
 A corrupt or unreadable file is never reset: every operation raises :class:`CheckpointError`
 naming the problem until the file is fixed.
 
 Two instances (a DaemonSet rolling update) share the file: every change runs under an
-``flock`` of ``<path>.lock`` and re-reads the file first. Each instance also holds an
-``flock`` on its own owner file ``owners/<owner>.lock`` for its lifetime; the kernel drops it
-when the process dies, which is how one instance tells a crashed owner of a
-``PrepareStarted`` record from a live one.
+``flock`` of ``<path>.lock`` and re-reads the file first when it changed. A change is seen
+by ``os.fstat``: every write renames a new file into place, and this instance keeps the
+file it last read open, so that inode cannot be reused: a different inode at the path, or
+a different size or mtime of the same inode (an edit in place), means "read it again".
+Each instance holds an owner lock (:mod:`drakit.plugin.owners`) for its lifetime.
 """
 
 from __future__ import annotations
@@ -35,8 +41,7 @@ import json
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -44,9 +49,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.cdi.atomic import atomic_write
-from drakit.plugin.canonical_json import CanonicalMapEncoder, canonical
-from drakit.plugin.jsontree import copy_model
-from drakit.plugin.names import UID
+from drakit.plugin.owners import OwnerError, OwnerLocks
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -58,25 +61,9 @@ UNPREPARED_TTL = 600.0
 #: file, so every write pays for them (128 marks are ~18 KB). 128 is above the kubelet's
 #: default of 110 pods per node.
 UNPREPARED_MAX = 128
-#: Every file this module writes starts with ``{"checksum":"<64 hex digits>"``: the
-#: SHA-256 of its content, so these bytes identify the whole content.
-_HEAD = b'{"checksum":"'
-HEAD_LEN = len(_HEAD) + 64 + 1
 T = TypeVar("T")
 
-# owner names become lock file names: the same rule as claim UIDs
-_OWNER_RE = UID
-
-
-_MISSING = b"<missing>"  # _seen when the file did not exist (never a file's first bytes)
-
-
-def _identity(raw: bytes) -> bytes | None:
-    """The first bytes of a parsed (checksum verified) file when they identify its content:
-    ``{"checksum":"<64 hex>"`` as written here; None for any other layout."""
-    if len(raw) > HEAD_LEN and raw.startswith(_HEAD) and raw[HEAD_LEN - 1:HEAD_LEN] == b'"':
-        return raw[:HEAD_LEN]
-    return None
+_MISSING = (0, -1, 0)  # _seen when the file did not exist (no file has size -1)
 
 
 class CheckpointError(Exception):
@@ -89,8 +76,7 @@ class PreparedDeviceRecord(BaseModel):
     with, CDI name and edits (so the CDI spec can be re-written from the checkpoint alone),
     the plugin's state for unprepare and the AllocatedDeviceStatus entry written for it."""
 
-    # Distinct JSON for inf / nan / None: the write cache compares model_dump_json output.
-    model_config = ConfigDict(ser_json_inf_nan="constants")
+    model_config = ConfigDict(ser_json_inf_nan="constants", frozen=True)
 
     request: str
     pool: str
@@ -111,12 +97,13 @@ class ClaimRecord(BaseModel):
     """One claim in the checkpoint.
 
     ``owner`` is the instance that recorded ``PrepareStarted`` (see :attr:`Checkpoint.owner`);
-    ``fingerprint`` identifies the allocation (:func:`drakit.plugin.node.allocation_fingerprint`);
+    ``fingerprint`` identifies the allocation
+    (:func:`drakit.plugin.claimplan.allocation_fingerprint`);
     ``configs`` are the claim's opaque configs for this driver
     (``status.allocation.devices.config`` entries, class configs first).
     """
 
-    model_config = ConfigDict(ser_json_inf_nan="constants")
+    model_config = ConfigDict(ser_json_inf_nan="constants", frozen=True)
 
     uid: str
     namespace: str
@@ -135,7 +122,7 @@ class UnpreparedRecord(BaseModel):
     not prepared here), when (seconds since the epoch) and a digest of the claim's
     ``status.reservedFor`` as the last prepare read it (None: unknown)."""
 
-    model_config = ConfigDict(ser_json_inf_nan="constants")
+    model_config = ConfigDict(ser_json_inf_nan="constants", frozen=True)
 
     fingerprint: str | None = None
     at: float = 0.0
@@ -149,22 +136,88 @@ class CheckpointState:
     claims: dict[str, ClaimRecord] = field(default_factory=dict)
     unprepared: dict[str, UnpreparedRecord] = field(default_factory=dict)
 
-    def peek_claims(self) -> Iterable[tuple[str, ClaimRecord]]:
-        """(claim UID, record) pairs without copying them (read only: never mutate them;
-        inside a change, records obtained otherwise are copies and may be mutated)."""
-        claims = self.claims
-        return claims.peek_items() if isinstance(claims, _CopyOnAccess) else claims.items()
-
     def copy(self) -> CheckpointState:
-        return CheckpointState(
-            {k: copy_model(v) for k, v in self.claims.items()},
-            {k: v.model_copy() for k, v in self.unprepared.items()},
-        )
+        """Its own maps of the same (frozen) records."""
+        return CheckpointState(dict(self.claims), dict(self.unprepared))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _checksum(body: Any) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+class Encoder:
+    """Encodes a :class:`CheckpointState` as the file content (see the module docstring):
+    one canonical encoding of ``{claims, unprepared}``, its checksum, and the version, in
+    sorted-key order; the same bytes as ``json.dumps(sort_keys=True, separators=(",",
+    ":"))`` of the whole document.
+
+    Each record's JSON is kept while the map holds the very same record object (records
+    are frozen, so the same object has the same JSON): a write encodes only the records it
+    changed. Measured: 110 claims, 1.09 ms of encoding per write without, 0.04 ms with;
+    1,000 claims, ~45 ms without, 0.8 ms with. Not thread-safe (called under the lock)."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, tuple[BaseModel, str]] = {}
+        self._unprepared: dict[str, tuple[BaseModel, str]] = {}
+
+    def encode(self, state: CheckpointState) -> bytes:
+        claims, self._claims = _members(state.claims, self._claims)
+        marks, self._unprepared = _members(state.unprepared, self._unprepared)
+        body = f'{{"claims":{{{claims}}},"unprepared":{{{marks}}}}}'
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        return f'{{"checksum":"{digest}",{body[1:-1]},"version":{FORMAT_VERSION}}}'.encode()
+
+
+def _members(records: dict[str, Any], cache: dict[str, tuple[BaseModel, str]]
+             ) -> tuple[str, dict[str, tuple[BaseModel, str]]]:
+    """The ``"key":{record}`` members of ``records`` in sorted-key order, joined, and the
+    cache of the next call."""
+    new: dict[str, tuple[BaseModel, str]] = {}
+    for key in sorted(records):
+        rec = records[key]
+        hit = cache.get(key)
+        if hit is None or hit[0] is not rec:
+            hit = (rec, f"{_canonical(key)}:{_canonical(rec.model_dump(mode='json'))}")
+        new[key] = hit
+    return ",".join(member for _, member in new.values()), new
+
+
+def decode(raw: bytes, path: Path) -> CheckpointState:
+    """The content of a checkpoint file (version 1 or 2, any JSON layout). Raises
+    CheckpointError naming ``path`` and the problem (not JSON, a version not read here, a
+    field of the wrong type, a checksum mismatch, a record that does not validate)."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path}: not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"checkpoint {path}: not a JSON object")
+    version = doc.get("version")
+    if version not in READABLE_VERSIONS:
+        raise CheckpointError(
+            f"checkpoint {path}: version: unsupported format version "
+            f"{version!r} (this plugin reads {list(READABLE_VERSIONS)})"
+        )
+    claims = doc.get("claims")
+    if not isinstance(claims, dict):
+        raise CheckpointError(f"checkpoint {path}: claims: not a JSON object")
+    unprepared = doc.get("unprepared", {}) if version >= 2 else {}
+    if not isinstance(unprepared, dict):
+        raise CheckpointError(f"checkpoint {path}: unprepared: not a JSON object")
+    body: Any = claims if version == 1 else {"claims": claims, "unprepared": unprepared}
+    if doc.get("checksum") != _checksum(body):
+        raise CheckpointError(f"checkpoint {path}: checksum mismatch (file corrupt)")
+    try:
+        return CheckpointState(
+            {uid: ClaimRecord.model_validate(rec) for uid, rec in claims.items()},
+            {uid: UnpreparedRecord.model_validate(u) for uid, u in unprepared.items()},
+        )
+    except ValidationError as e:
+        raise CheckpointError(f"checkpoint {path}: claims: {e}") from None
 
 
 class _Request(Generic[T]):
@@ -182,120 +235,15 @@ class _Request(Generic[T]):
         self.written = False
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-class _CopyOnAccess(dict[str, M]):
-    """The map a change function gets: a shallow copy of the committed map whose records
-    are deep-copied the first time the change reads them (``[]``, ``get``, ``pop``,
-    ``setdefault``, ``items``, ``values``...), so a change that mutates records in place and
-    then raises leaves the committed records (and the other changes of its batch)
-    untouched. ``peek_items`` reads without copying (the caller must not mutate).
-    Values a change assigns are copied once when its change returns (:func:`_owned`), so the
-    caller keeping a reference cannot change memory behind the file's back."""
-
-    def __init__(self, base: dict[str, M]) -> None:
-        super().__init__(base)
-        self.copied: set[str] = set()
-        self.assigned: set[str] = set()
-
-    def __getitem__(self, key: str) -> M:
-        value = dict.__getitem__(self, key)
-        if key not in self.copied:
-            value = copy_model(value)
-            dict.__setitem__(self, key, value)
-            self.copied.add(key)
-        return value
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key in self:
-            return self[key]
-        return default
-
-    def __setitem__(self, key: str, value: M) -> None:
-        dict.__setitem__(self, key, value)
-        self.copied.add(key)
-        self.assigned.add(key)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        if key in self:
-            value = self[key]
-            dict.__delitem__(self, key)
-            return value
-        if default:
-            return default[0]
-        raise KeyError(key)
-
-    def popitem(self) -> tuple[str, M]:
-        key = next(reversed(self.keys()))
-        return key, self.pop(key)
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = value
-
-    def items(self) -> Any:
-        return [(key, self[key]) for key in list(self.keys())]
-
-    def values(self) -> Any:
-        return [self[key] for key in list(self.keys())]
-
-    def copy(self) -> dict[str, M]:
-        return dict(self.items())
-
-    def __or__(self, other: Any) -> Any:
-        return self.copy() | other
-
-    def __ior__(self, other: Any) -> Any:
-        self.update(other)
-        return self
-
-    def peek_items(self) -> Any:
-        return dict.items(self)
-
-
-def _pruned(marks: dict[str, UnpreparedRecord], now: float) -> dict[str, UnpreparedRecord]:
-    """``marks`` without those older than :data:`UNPREPARED_TTL`, at most
-    :data:`UNPREPARED_MAX` (the newest). Marks are added in time order, so the first one is
-    normally the oldest: while it is fresh and the map small enough, nothing is scanned.
-    An overfull map is cut to 7/8 of the limit, so the sort runs once per many marks."""
-    if not marks:
-        return marks
-    first = next(iter(marks.values()))
-    if len(marks) <= UNPREPARED_MAX and now - first.at < UNPREPARED_TTL:
-        return marks
-    kept = sorted(((uid, u) for uid, u in marks.items() if now - u.at < UNPREPARED_TTL),
-                  key=lambda item: item[1].at)
-    if len(kept) > UNPREPARED_MAX:
-        kept = kept[-(UNPREPARED_MAX - UNPREPARED_MAX // 8):]
-    return dict(kept)
-
-
-def _owned(work: dict[str, M]) -> dict[str, M]:
-    """The map a change left, as a plain dict whose records the checkpoint alone holds."""
-    if not isinstance(work, _CopyOnAccess):  # the change replaced the whole map
-        return {k: copy_model(v) for k, v in work.items()}
-    out = dict(work.peek_items())
-    for key in work.assigned:
-        value = out.get(key)
-        if value is not None:
-            out[key] = copy_model(value)
-    return out
-
-
 class Checkpoint:
     """The prepared-claims checkpoint at ``path``; ``lock_path`` is the file locked (flock)
     around every change so two instances never interleave (default ``<path>.lock``).
     ``owner`` names this instance (default: a random id); owner lock files live in
     ``<path's dir>/owners/``.
 
-    Thread-safe. Every read and change first checks the file (its first bytes: the checksum)
-    and parses it again only when it changed, so another instance's change is never missed.
+    Thread-safe. Every read and change first checks the file (``os.fstat``, see the module
+    docstring) and parses it again only when it changed, so another instance's change is
+    never missed.
     """
 
     def __init__(
@@ -310,21 +258,16 @@ class Checkpoint:
         )
         self._lock_name = str(self.lock_path)
         self.owners_dir = self.path.parent / "owners"
-        if owner is not None and not _OWNER_RE.fullmatch(owner):
-            raise ValueError(f"checkpoint owner {owner!r}: must match {_OWNER_RE.pattern}")
-        self._owner = owner or uuid.uuid4().hex[:16]
-        self._owner_fd: int | None = None
+        self._owners = OwnerLocks(self.owners_dir, owner)
         self._lock = threading.RLock()
         self._state = CheckpointState()
-        # The first HEAD_LEN bytes of the content in memory, when they identify it (see
-        # _refresh); _MISSING when the file was missing; None: re-read and parse.
-        self._seen: bytes | None = None
+        # (st_ino, st_size, st_mtime_ns) of the file whose content is in memory; _MISSING
+        # when the file was missing; None: re-read. _held keeps that file open.
+        self._seen: tuple[int, int, int] | None = None
+        self._held: int | None = None
         self.error: str | None = None
         self.writes = 0
-        # Records in memory are never changed in place (changes get copies, see
-        # _CopyOnAccess), so a cached fragment is valid while the record object is the same.
-        self._claims_json = CanonicalMapEncoder(trust_identity=True)
-        self._unprepared_json = CanonicalMapEncoder(trust_identity=True)
+        self._encoder = Encoder()
         self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
         self._leader: int | None = None
@@ -333,57 +276,26 @@ class Checkpoint:
     # -- reading -------------------------------------------------------------------------
 
     def _parse(self, raw: bytes) -> CheckpointState:
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"checkpoint {self.path}: not valid JSON: {e}") from None
-        if not isinstance(doc, dict):
-            raise CheckpointError(f"checkpoint {self.path}: not a JSON object")
-        version = doc.get("version")
-        if version not in READABLE_VERSIONS:
-            raise CheckpointError(
-                f"checkpoint {self.path}: version: unsupported format version "
-                f"{version!r} (this plugin reads {list(READABLE_VERSIONS)})"
-            )
-        claims = doc.get("claims")
-        if not isinstance(claims, dict):
-            raise CheckpointError(f"checkpoint {self.path}: claims: not a JSON object")
-        unprepared = doc.get("unprepared", {}) if version >= 2 else {}
-        if not isinstance(unprepared, dict):
-            raise CheckpointError(f"checkpoint {self.path}: unprepared: not a JSON object")
-        body: Any = claims if version == 1 else {"claims": claims, "unprepared": unprepared}
-        if doc.get("checksum") != _checksum(body):
-            raise CheckpointError(f"checkpoint {self.path}: checksum mismatch (file corrupt)")
-        try:
-            return CheckpointState(
-                {uid: ClaimRecord.model_validate(rec) for uid, rec in claims.items()},
-                {uid: UnpreparedRecord.model_validate(u) for uid, u in unprepared.items()},
-            )
-        except ValidationError as e:
-            raise CheckpointError(f"checkpoint {self.path}: claims: {e}") from None
+        return decode(raw, self.path)
 
     def _refresh(self) -> None:
-        """Bring memory up to date with the file: parse it again only when it changed.
-
-        A file is known by its first :data:`HEAD_LEN` bytes when they hold the checksum in
-        this module's canonical layout (every write; a parse verifies the checksum against
-        the content), so the frequent "unchanged" case reads 78 bytes, not the whole file
-        (which holds every prepared claim). Another instance's change always has a new
-        checksum. Damage made in place to a file after it was read (the writers here only
-        rename whole files into place) shows at the next start, when it is parsed."""
+        """Bring memory up to date with the file: parse it again only when it changed."""
         try:
             try:
-                f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
+                st = os.stat(self.path)
             except FileNotFoundError:
-                if self._seen is _MISSING and self.error is None:
+                if self._seen == _MISSING and self.error is None:
                     return
+                self._hold(None, _MISSING)
                 raw = None
             else:
-                with f:
-                    head = f.read(HEAD_LEN)
-                    if head == self._seen and self.error is None:
-                        return
-                    raw = head + f.readall()
+                if _key(st) == self._seen and self.error is None:
+                    return
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                key = _key(os.fstat(fd))  # of the file read, if replaced since the stat
+                with open(os.dup(fd), "rb") as f:
+                    raw = f.read()
+                self._hold(fd, None)
         except OSError as e:
             self.error = f"checkpoint {self.path}: unreadable: {e}"
             raise CheckpointError(self.error) from None
@@ -391,10 +303,15 @@ class Checkpoint:
             state = self._parse(raw) if raw is not None else CheckpointState()
         except CheckpointError as e:
             self.error = str(e)
-            self._seen = None
             raise
         self._state, self.error = state, None
-        self._seen = _MISSING if raw is None else _identity(raw)
+        self._seen = _MISSING if raw is None else key
+
+    def _hold(self, fd: int | None, seen: tuple[int, int, int] | None) -> None:
+        """Keep ``fd`` (the file now in memory) open instead of the previous one."""
+        if self._held is not None:
+            os.close(self._held)
+        self._held, self._seen = fd, seen
 
     def load(self) -> None:
         """Read the file (missing means empty) and remove temp files a crashed write left
@@ -411,17 +328,17 @@ class Checkpoint:
         """The record of claim ``uid`` or None. Raises CheckpointError while corrupt."""
         with self._lock:
             self._refresh()
-            rec = self._state.claims.get(uid)
-            return copy_model(rec) if rec else None
+            return self._state.claims.get(uid)
 
     def claims(self) -> dict[str, ClaimRecord]:
-        """A copy of all records by claim UID. Raises CheckpointError while corrupt."""
+        """All records by claim UID (a map of its own). Raises CheckpointError while
+        corrupt."""
         with self._lock:
             self._refresh()
-            return {k: copy_model(v) for k, v in self._state.claims.items()}
+            return dict(self._state.claims)
 
     def state(self) -> CheckpointState:
-        """A copy of the whole content. Raises CheckpointError while corrupt."""
+        """The whole content (maps of its own). Raises CheckpointError while corrupt."""
         with self._lock:
             self._refresh()
             return self._state.copy()
@@ -454,8 +371,8 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[CheckpointState]:
-        """Hold the file lock (no instance can change the checkpoint meanwhile) and yield a
-        copy of the current content. Raises CheckpointError while corrupt."""
+        """Hold the file lock (no instance can change the checkpoint meanwhile) and yield
+        the current content. Raises CheckpointError while corrupt."""
         with self._lock, self._flock():
             self._refresh()
             yield self._state.copy()
@@ -463,9 +380,10 @@ class Checkpoint:
     def update(self, change: Callable[[dict[str, ClaimRecord]], T]) -> T:
         """Apply ``change`` to the claims map under the locks and write the file atomically.
 
-        ``change`` mutates the dict in place and returns any value, which ``update`` returns.
-        Nothing is written when ``change`` raises. Raises CheckpointError when the file is
-        corrupt or cannot be written (then memory still holds the file's content).
+        ``change`` changes the dict in place (puts, replaces, deletes records) and returns
+        any value, which ``update`` returns. Nothing is written when ``change`` raises.
+        Raises CheckpointError when the file is corrupt or cannot be written (then memory
+        still holds the file's content).
         """
         return self.update_state(lambda s: change(s.claims))
 
@@ -483,8 +401,8 @@ class Checkpoint:
         flight are applied one after the other (each under the thread lock and the file
         lock, each seeing the earlier ones) and made durable by one write (one encode, one
         fsync); every caller returns once its own change is in the file. A change that
-        raises writes nothing (the others of its batch are unaffected): records it reads
-        are copies made on first access (:class:`_CopyOnAccess`). A failed write raises
+        raises writes nothing (the others of its batch are unaffected): it works on its own
+        maps (shallow copies; the records themselves are frozen). A failed write raises
         CheckpointError to every caller of the batch.
         """
         req: _Request[T] = _Request(change, after)
@@ -521,14 +439,13 @@ class Checkpoint:
                 unprepared: dict[str, UnpreparedRecord] = self._state.unprepared
                 ok: list[_Request[Any]] = []
                 for req in batch:
-                    work = CheckpointState(_CopyOnAccess(claims), _CopyOnAccess(unprepared))
+                    work = CheckpointState(dict(claims), dict(unprepared))
                     try:
                         req.result = req.change(work)
                     except BaseException as e:
                         req.error = e
                         continue
-                    claims = _owned(work.claims)
-                    unprepared = _owned(work.unprepared)
+                    claims, unprepared = work.claims, work.unprepared
                     ok.append(req)
                 if not ok:
                     return
@@ -564,98 +481,65 @@ class Checkpoint:
 
     def _write(self, state: CheckpointState) -> None:
         state.unprepared = _pruned(state.unprepared, time.time())
-        # The canonical JSON of {"version", "checksum", "claims", "unprepared"} (sorted
-        # keys), assembled from per-record fragments that are re-encoded only when changed.
-        claims = self._claims_json.encode(state.claims)
-        unprepared = self._unprepared_json.encode(state.unprepared)
-        digest = hashlib.sha256(b'{"claims":')
-        for part in (claims, b',"unprepared":', unprepared, b"}"):
-            digest.update(part)
-        data = b"".join((b'{"checksum":', canonical(digest.hexdigest()).encode(), b',"claims":',
-                         claims, b',"unprepared":', unprepared,
-                         b',"version":', str(FORMAT_VERSION).encode(), b"}"))
+        data = self._encoder.encode(state)
         try:
             try:
                 atomic_write(self.path, data, mode=0o600)
             except FileNotFoundError:  # the directory went away: create it, once
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 atomic_write(self.path, data, mode=0o600)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # ours: the flock is held
         except OSError as e:
             raise CheckpointError(f"checkpoint {self.path}: write failed: {e}") from None
-        self._state, self._seen = state, data[:HEAD_LEN]
+        self._hold(fd, _key(os.fstat(fd)))
+        self._state = state
         self.writes += 1
 
-    # -- owners --------------------------------------------------------------------------
-
-    def _owner_path(self, owner: str) -> Path:
-        if not _OWNER_RE.fullmatch(owner):
-            raise ValueError(f"checkpoint owner {owner!r}: not a valid owner name")
-        return self.owners_dir / f"{owner}.lock"
+    # -- owners (drakit.plugin.owners) ---------------------------------------------------
 
     @property
     def owner(self) -> str:
         """This instance's owner id; the first access takes its owner lock (held until
-        :meth:`close` or process exit)."""
-        with self._lock:
-            if self._owner_fd is None:
-                self.owners_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-                final = self._owner_path(self._owner)
-                # Locked under a hidden name first, so a probe never sees it unlocked.
-                tmp = final.with_name(f".{final.name}.{os.getpid()}")
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    if final.exists():
-                        raise OSError(f"{final} exists")
-                    os.rename(tmp, final)
-                except OSError:
-                    os.close(fd)
-                    with contextlib.suppress(OSError):
-                        tmp.unlink()
-                    raise CheckpointError(
-                        f"checkpoint owner {self._owner} is already held by another instance"
-                    ) from None
-                self._owner_fd = fd
-            return self._owner
+        :meth:`close` or process exit). Raises CheckpointError when another instance holds
+        it."""
+        try:
+            return self._owners.take()
+        except OwnerError as e:
+            raise CheckpointError(str(e)) from None
 
     def owner_alive(self, owner: str | None) -> bool:
         """True when ``owner`` is this instance or another live one (its owner lock is
         held). None, an unknown or a crashed owner is not alive."""
-        if owner is None:
-            return False
-        if owner == self._owner:
-            return self._owner_fd is not None
-        try:
-            fd = os.open(self._owner_path(owner), os.O_RDWR | os.O_CLOEXEC)
-        except (OSError, ValueError):
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)  # closing drops the probe's lock
-        return False
+        return self._owners.alive(owner)
 
     def forget_dead_owners(self) -> list[str]:
         """Remove owner lock files of instances that are gone; returns their ids."""
-        removed = []
-        with contextlib.suppress(FileNotFoundError):
-            for path in self.owners_dir.iterdir():
-                name = path.name.removesuffix(".lock")
-                if path.suffix != ".lock" or not _OWNER_RE.fullmatch(name) or name == self._owner:
-                    continue
-                if not self.owner_alive(name):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-                    removed.append(name)
-        return removed
+        return self._owners.forget_dead()
 
     def close(self) -> None:
-        """Release this instance's owner lock and remove its file."""
+        """Release this instance's owner lock and remove its file; close the checkpoint
+        file held open."""
+        self._owners.close()
         with self._lock:
-            if self._owner_fd is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    self._owner_path(self._owner).unlink()
-                os.close(self._owner_fd)
-                self._owner_fd = None
+            self._hold(None, None)
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _pruned(marks: dict[str, UnpreparedRecord], now: float) -> dict[str, UnpreparedRecord]:
+    """``marks`` without those older than :data:`UNPREPARED_TTL`, at most
+    :data:`UNPREPARED_MAX` (the newest). Marks are added in time order, so the first one is
+    normally the oldest: while it is fresh and the map small enough, nothing is scanned.
+    An overfull map is cut to 7/8 of the limit, so the sort runs once per many marks."""
+    if not marks:
+        return marks
+    first = next(iter(marks.values()))
+    if len(marks) <= UNPREPARED_MAX and now - first.at < UNPREPARED_TTL:
+        return marks
+    kept = sorted(((uid, u) for uid, u in marks.items() if now - u.at < UNPREPARED_TTL),
+                  key=lambda item: item[1].at)
+    if len(kept) > UNPREPARED_MAX:
+        kept = kept[-(UNPREPARED_MAX - UNPREPARED_MAX // 8):]
+    return dict(kept)

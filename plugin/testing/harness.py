@@ -98,6 +98,9 @@ class DriverHarness:
         self.use_subprocess = subprocess
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
+        #: The command ``run`` and its flags are appended to (subprocess mode): the CLI by
+        #: default; crash tests put their crash agent here.
+        self.agent_command: list[str] = [sys.executable, "-m", "drakit.plugin.cli"]
         self.settings_overrides = settings or {}
         self._own_apiserver = apiserver is None
         self.apiserver: Any = apiserver or EmbeddedAPIServer(served_versions=served_versions)
@@ -195,9 +198,7 @@ class DriverHarness:
             raise ValueError("subprocess mode loads plugins by name: use discovery=[...]")
         self.config_file.write_text(yaml.safe_dump({"discovery": self.plugin_options}))
         cmd = [
-            sys.executable,
-            "-m",
-            "drakit.plugin.cli",
+            *self.agent_command,
             "run",
             "--driver-name",
             self.driver_name,

@@ -1,7 +1,8 @@
 """Crash-consistency driver (issue 10): many prepare/unprepare cycles through the fake kubelet
-against a ``drakit run`` subprocess that is killed with SIGKILL at random moments and at the
-injected points inside prepare (``DRAKIT_CRASH_POINT``), restarted, and retried like the
-kubelet retries. At every quiet point (agent alive, every pending call retried) it checks:
+against a ``drakit run`` subprocess (crash_agent.py) that is killed with SIGKILL at random
+moments and at the injected points inside prepare (``DRAKIT_CRASH_POINT``), restarted, and
+retried like the kubelet retries. At every quiet point (agent alive, every pending call
+retried) it checks:
 
 a. every claim the kubelet believes prepared is completed in the checkpoint with its CDI file;
 b. every checkpoint entry has its CDI file;
@@ -35,13 +36,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contract_helpers import DRIVER, Violations, check_invariants
+from crash_agent import WITHOUT_HOOK_ENV
 
+from drakit.plugin.node import CRASH_POINTS
 from drakit.plugin.testing.fake_kubelet import KubeletCallError, KubeletCheckError
 from drakit.plugin.testing.harness import DriverHarness
 
-POINTS = ("after-driver-hook", "after-cdi-write", "after-checkpoint-write")
+POINTS = CRASH_POINTS
 CALL_TIMEOUT = 10.0
 POOL = "node-1"
+
+
+def crash_agent_command() -> list[str]:
+    """The agent command with crash points (:mod:`crash_agent`) for DriverHarness."""
+    return [sys.executable, str(Path(__file__).resolve().parent / "crash_agent.py")]
 
 
 @dataclass
@@ -96,7 +104,7 @@ class CrashDriver:
 
     def __init__(self, root: Path, seed: int, devices: int = 6, kill_rate: float = 0.2,
                  arm_rate: float = 0.6, log: Callable[[str], None] = print,
-                 kill_first_cycle: bool = False) -> None:
+                 kill_first_cycle: bool = False, without_prepare_hook: bool = False) -> None:
         self.rng = random.Random(seed)
         self.kill_rate = kill_rate
         self.arm_rate = arm_rate
@@ -107,6 +115,9 @@ class CrashDriver:
             root, subprocess=True,
             plugin_options={"example": {"generate": {"count": devices, "prefix": "dev"}}},
         )
+        self.h.agent_command = crash_agent_command()
+        if without_prepare_hook:
+            self.h.env[WITHOUT_HOOK_ENV] = "1"
         self.claims: dict[str, Claim] = {}
         self.report = Report()
         self._killed_by_us = False
@@ -298,9 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arm-rate", type=float, default=0.6,
                    help="chance per agent start of arming one injected crash point")
     p.add_argument("--time-limit", type=float, default=None, help="stop after SECONDS")
+    p.add_argument("--without-prepare-hook", action="store_true",
+                   help="the example plugin without its prepare hook (one checkpoint write)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="drakit-crash-") as root:
-        driver = CrashDriver(Path(root), args.seed, args.devices, args.kill_rate, args.arm_rate)
+        driver = CrashDriver(Path(root), args.seed, args.devices, args.kill_rate, args.arm_rate,
+                             without_prepare_hook=args.without_prepare_hook)
         report = driver.run(args.cycles, args.time_limit)
     print(report.summary(), flush=True)
     return 1 if report.violations else 0

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from contract_helpers import check_invariants, uid_of
-from crash_driver import CrashDriver
+from crash_agent import WITHOUT_HOOK_ENV, parse_crash_points
+from crash_driver import CrashDriver, crash_agent_command
 
 from drakit.plugin.checkpoint import Checkpoint
-from drakit.plugin.node import CRASH_POINTS, parse_crash_points
+from drakit.plugin.node import CRASH_POINTS
 from drakit.plugin.testing.fake_kubelet import KubeletCallError
 from drakit.plugin.testing.harness import DriverHarness
 
@@ -27,23 +28,40 @@ def test_crash_point_parsing() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("hook", [True, False], ids=["prepare-hook", "no-prepare-hook"])
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_kill_mid_prepare_then_restart_and_retry(
-    harness_factory: Callable[..., DriverHarness], point: str
+    harness_factory: Callable[..., DriverHarness], point: str, hook: bool
 ) -> None:
-    h = harness_factory(subprocess=True, env={"DRAKIT_CRASH_POINT": point})
-    a = h.allocate("a", [("node-1", "gpu-0")])
-    b = h.allocate("b", [("node-1", "gpu-1")])
+    """With a prepare hook (the example plugin) a crash before the completed write leaves
+    both claims PrepareStarted; without one (the hook taken away: no PrepareStarted write,
+    drakit.plugin.prepare) it leaves no record, at most a CDI spec the sweep removes."""
+    if hook:
+        h = harness_factory(start=False, subprocess=True, env={"DRAKIT_CRASH_POINT": point})
+        names = ("gpu-0", "gpu-1")
+    else:  # generated devices: the default prepare needs no host device nodes
+        h = harness_factory(start=False, subprocess=True,
+                            env={"DRAKIT_CRASH_POINT": point, WITHOUT_HOOK_ENV: "1"},
+                            plugin_options={"example": {"generate": {"count": 2,
+                                                                     "prefix": "dev"}}})
+        names = ("dev-0", "dev-1")
+    h.agent_command = crash_agent_command()
+    h.start()
+    a = h.allocate("a", [("node-1", names[0])])
+    b = h.allocate("b", [("node-1", names[1])])
     with pytest.raises(KubeletCallError):
         h.prepare(a, b, timeout=20)
     assert h.process is not None
     assert h.process.wait(timeout=10) == -9  # it killed itself at the point
     on_disk = Checkpoint(h.checkpoint_path).claims()
-    assert set(on_disk) == {uid_of(a), uid_of(b)}
-    phase = "PrepareCompleted" if point == "after-checkpoint-write" else "PrepareStarted"
-    assert {r.phase for r in on_disk.values()} == {phase}
+    if point == "after-checkpoint-write" or hook:
+        assert set(on_disk) == {uid_of(a), uid_of(b)}
+        phase = "PrepareCompleted" if point == "after-checkpoint-write" else "PrepareStarted"
+        assert {r.phase for r in on_disk.values()} == {phase}
+    else:
+        assert on_disk == {}
 
-    h.env.clear()
+    h.env = {} if hook else {WITHOUT_HOOK_ENV: "1"}
     h.stop_plugin(kill=True)
     h.start_plugin()
     # After the start-up recovery, before any retry: consistent, nothing half-prepared.

@@ -1,26 +1,50 @@
-"""The checkpoint's incremental encoding: the file is byte for byte what encoding the whole
-document with ``json.dumps(sort_keys=True)`` gives, records changed in place are re-encoded,
-and a failed change leaves memory equal to the file."""
+"""The checkpoint's encoding: the file is byte for byte what encoding the whole document with
+``json.dumps(sort_keys=True)`` gives, replaced records are re-encoded (records are frozen: a
+change replaces them), a failed change leaves memory equal to the file, another instance's
+change is always seen, and a file written by the previous version (a node upgraded in
+place) is read."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from drakit.plugin.canonical_json import CanonicalMapEncoder, canonical
 from drakit.plugin.checkpoint import (
     Checkpoint,
     CheckpointState,
     ClaimRecord,
+    Encoder,
     PreparedDeviceRecord,
     UnpreparedRecord,
 )
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _file_of(claims: dict[str, ClaimRecord], marks: dict[str, UnpreparedRecord] | None = None
+             ) -> bytes:
+    """The reference encoding of a whole document (the slow way)."""
+    body = {"claims": {k: r.model_dump(mode="json") for k, r in claims.items()},
+            "unprepared": {k: u.model_dump(mode="json") for k, u in (marks or {}).items()}}
+    digest = hashlib.sha256(canonical(body).encode()).hexdigest()
+    return canonical({"checksum": digest, **body, "version": 2}).encode()
+
+
+def _with_state(rec: ClaimRecord, state: dict[str, Any]) -> ClaimRecord:
+    return rec.model_copy(update={"devices": [
+        rec.devices[0].model_copy(update={"state": state})]})
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.floats()
 json_value = st.recursive(
@@ -47,25 +71,32 @@ def _expected(path: Path) -> bytes:
 @given(st.dictionaries(st.text(max_size=6), json_value, max_size=4),
        st.dictionaries(st.text(max_size=6), json_value, max_size=4))
 def test_encoder_matches_json_dumps(first: dict[str, Any], second: dict[str, Any]) -> None:
-    enc = CanonicalMapEncoder()
+    enc = Encoder()
     recs = {"b": _record("b", first), "a\u00e9": _record("a", second)}
-    want = canonical({k: r.model_dump(mode="json") for k, r in recs.items()})
-    assert enc.encode(recs) == want.encode()
-    # Changed in place: the cached fragment must not be reused.
-    recs["b"].devices[0].state = dict(second)
-    recs["b"].devices[0].state["new"] = [1.5, None]
-    want = canonical({k: r.model_dump(mode="json") for k, r in recs.items()})
-    assert enc.encode(recs) == want.encode()
+    assert enc.encode(CheckpointState(dict(recs))) == _file_of(recs)
+    # A replaced record: the kept JSON of the old one must not be reused.
+    recs["b"] = _with_state(recs["b"], {**second, "new": [1.5, None]})
+    assert enc.encode(CheckpointState(dict(recs))) == _file_of(recs)
+
+
+def test_records_are_frozen() -> None:
+    rec = _record("u")
+    with pytest.raises(ValidationError):
+        rec.owner = "someone"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        rec.devices[0].state = {}  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        UnpreparedRecord(fingerprint="f").at = 1.0  # type: ignore[misc]
 
 
 def test_non_finite_floats_are_told_apart() -> None:
-    enc = CanonicalMapEncoder()
+    enc = Encoder()
     rec = _record("u", {"x": float("inf")})
-    assert b"Infinity" in enc.encode({"u": rec})
-    rec.devices[0].state["x"] = None
-    assert enc.encode({"u": rec}) == canonical({"u": rec.model_dump(mode="json")}).encode()
-    rec.devices[0].state["x"] = float("nan")
-    assert b"NaN" in enc.encode({"u": rec})
+    assert b"Infinity" in enc.encode(CheckpointState({"u": rec}))
+    rec = _with_state(rec, {"x": None})
+    assert enc.encode(CheckpointState({"u": rec})) == _file_of({"u": rec})
+    rec = _with_state(rec, {"x": float("nan")})
+    assert b"NaN" in enc.encode(CheckpointState({"u": rec}))
 
 
 def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
@@ -76,8 +107,8 @@ def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
     assert cp.path.read_bytes() == _expected(cp.path)
 
     def mutate(c: dict[str, ClaimRecord]) -> None:
-        c["uid-2"].owner = "someone"          # in place, top level
-        c["uid-3"].devices[0].state["k"] = 1  # in place, nested
+        c["uid-2"] = c["uid-2"].model_copy(update={"owner": "someone"})  # top level
+        c["uid-3"] = _with_state(c["uid-3"], {"k": 1})                   # nested
         del c["uid-4"]
 
     cp.update(mutate)
@@ -104,8 +135,7 @@ def test_failed_change_leaves_memory_as_the_file(tmp_path: Path) -> None:
     before = cp.path.read_bytes()
 
     def broken(c: dict[str, ClaimRecord]) -> None:
-        c["u"].owner = "half-done"
-        c["u"].devices[0].state["x"] = 1
+        c["u"] = _with_state(c["u"], {"x": 1}).model_copy(update={"owner": "half-done"})
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
@@ -122,19 +152,19 @@ def test_failed_change_leaves_memory_as_the_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("before,after", [(1.0, -0.0), (0.0, -0.0), (1.0, float("nan")),
                                           (float("inf"), float("nan"))])
-def test_scalar_records_changed_in_place(before: float, after: float) -> None:
-    enc = CanonicalMapEncoder()
+def test_scalar_records_replaced(before: float, after: float) -> None:
+    enc = Encoder()
     mark = UnpreparedRecord(fingerprint="f", at=before)
-    enc.encode({"u": mark})
-    mark.at = after
-    assert enc.encode({"u": mark}) == canonical({"u": mark.model_dump(mode="json")}).encode()
-    mark.fingerprint = None
-    assert enc.encode({"u": mark}) == canonical({"u": mark.model_dump(mode="json")}).encode()
+    enc.encode(CheckpointState({}, {"u": mark}))
+    mark = mark.model_copy(update={"at": after})
+    assert enc.encode(CheckpointState({}, {"u": mark})) == _file_of({}, {"u": mark})
+    mark = mark.model_copy(update={"fingerprint": None})
+    assert enc.encode(CheckpointState({}, {"u": mark})) == _file_of({}, {"u": mark})
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 def test_another_instance_change_is_seen_in_any_chunk(tmp_path: Path, where: str) -> None:
-    """The unchanged-file check reads only the checksum at the start of the file: a change
+    """The unchanged-file check looks at the file's inode, size and mtime only: a change
     of one record at the start, the middle or the end of a large file, and a file that only
     grew or shrank, are all seen by the other instance."""
     path = tmp_path / "checkpoint.json"
@@ -174,8 +204,9 @@ def test_unchanged_file_is_not_parsed_again(tmp_path: Path,
 
 
 def test_file_in_another_layout_is_read_and_its_changes_seen(tmp_path: Path) -> None:
-    """A valid file not in the canonical layout (e.g. pretty-printed by hand) has no
-    identifying first bytes: it is parsed at every access until this module rewrites it."""
+    """A valid file not in the canonical layout (e.g. pretty-printed by hand, edited in
+    place) is read, and an edit of it in place is seen; the next change rewrites it in the
+    canonical layout."""
     path = tmp_path / "checkpoint.json"
     Checkpoint(path).update(lambda c: c.__setitem__("u1", _record("u1")))
     doc = json.loads(path.read_text())
@@ -191,3 +222,51 @@ def test_file_in_another_layout_is_read_and_its_changes_seen(tmp_path: Path) -> 
     cp.update(lambda c: c.__setitem__("u2", _record("u2")))
     assert path.read_bytes().startswith(b'{"checksum":"')
     assert set(Checkpoint(path).claims()) == {"u1", "u2"}
+
+
+def test_same_size_edit_in_place_is_seen(tmp_path: Path) -> None:
+    """An edit in place that keeps the size (same inode) is seen by its mtime."""
+    path = tmp_path / "checkpoint.json"
+    Checkpoint(path).update(lambda c: c.__setitem__("u1", _record("u1")))
+    cp = Checkpoint(path)
+    assert cp.claims()["u1"].name == "c-u1"
+    doc = json.loads(path.read_text())
+    doc["claims"]["u1"]["name"] = "c-u9"
+    doc["checksum"] = hashlib.sha256(canonical(
+        {"claims": doc["claims"], "unprepared": doc["unprepared"]}).encode()).hexdigest()
+    before = path.stat()
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(canonical(doc).encode())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    assert path.stat().st_ino == before.st_ino and path.stat().st_size == before.st_size
+    assert cp.claims()["u1"].name == "c-u9"
+
+
+def test_file_of_the_previous_version_is_read_and_rewritten(tmp_path: Path) -> None:
+    """A checkpoint written by the code before records were frozen (commit 603dcd8, kept as
+    a fixture) is read as it was, answers every field, and the next change keeps it."""
+    path = tmp_path / "checkpoint.json"
+    old = (FIXTURES / "checkpoint-v2-603dcd8.json").read_bytes()
+    path.write_bytes(old)
+    cp = Checkpoint(path)
+    cp.load()
+    state = cp.state()
+    done = state.claims["11111111-2222-3333-4444-555555555555"]
+    assert done.phase == "PrepareCompleted" and done.owner == "0123456789abcdef"
+    assert done.configs[0]["opaque"]["parameters"] == {"sharing": {"strategy": "TimeSlicing"}}
+    dev = done.devices[0]
+    assert (dev.pool, dev.device, dev.consumed_capacity) == ("node-1", "gpu-0", {"memory": "4Gi"})
+    assert dev.edits == {"env": ["DRAKIT_DEVICE_GPU_0=node-1/gpu-0"]}
+    assert dev.status == {"data": {"\u00fc": "\u00df"}} and dev.state == {"x": 1}
+    half = state.claims["66666666-7777-8888-9999-000000000000"]
+    assert half.phase == "PrepareStarted" and half.devices[0].share_id == "abc"
+    assert half.devices[0].admin_access is True and half.devices[0].request == "r/sub"
+    assert state.unprepared["aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"].reservations == "c" * 32
+    assert state.unprepared["bbbbbbbb-bbbb-cccc-dddd-eeeeeeeeeeee"].fingerprint is None
+    # This version writes the same bytes for the same content.
+    assert Encoder().encode(state) == old
+    cp.update(lambda c: c.pop("66666666-7777-8888-9999-000000000000"))
+    again = Checkpoint(path).state()
+    assert set(again.claims) == {"11111111-2222-3333-4444-555555555555"}
+    assert again.claims["11111111-2222-3333-4444-555555555555"] == done
+    assert len(again.unprepared) == 2

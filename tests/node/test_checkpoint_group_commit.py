@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import drakit.plugin.checkpoint as checkpoint_module
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
@@ -49,7 +50,7 @@ def test_queued_changes_share_one_write(tmp_path: Path) -> None:
         c["first"] = _rec("first")
 
     def bad(c: dict[str, ClaimRecord]) -> None:
-        c["base"].name = "half-done"
+        c["base"] = c["base"].model_copy(update={"name": "half-done"})
         c.pop("first")
         raise RuntimeError("boom")
 
@@ -105,10 +106,12 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
     assert sorted(cp.claims()) == ["base"]
 
 
-def test_assigned_records_are_not_shared_with_the_caller(tmp_path: Path) -> None:
+def test_assigned_records_cannot_be_changed_by_the_caller(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "cp.json")
     rec = _rec("u")
     cp.update(lambda c: c.__setitem__("u", rec))
-    rec.name = "changed later"
+    with pytest.raises(ValidationError):
+        rec.name = "changed later"  # type: ignore[misc]
     got = cp.get("u")
     assert got is not None and got.name == "c-u"
+    assert Checkpoint(cp.path).get("u") == got

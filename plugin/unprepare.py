@@ -1,0 +1,140 @@
+"""Unprepare of the claims one kubelet call runs, from the checkpoint alone.
+
+Order (a crash at any point leaves at most an orphan CDI spec, which the start-up sweep
+removes, never a record without its spec): the devices' unprepare hooks; then, under the
+file lock, ONE write drops the records and leaves ``unprepared`` marks (for the stale-prepare
+rule, :mod:`drakit.plugin.admission`), and the CDI specs are removed right after it, still
+under the lock. When a spec cannot be removed (an immutable or read-only CDI directory) the
+record is put back in a second write under the same lock and the claim's error says so: the
+device stays busy while a spec still names it, and the kubelet's retry finishes the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from drakit.cdi.errors import CDINameError
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.checkpoint import Checkpoint, CheckpointError, CheckpointState, ClaimRecord
+from drakit.plugin.checkpoint import UnpreparedRecord as Mark
+from drakit.plugin.claimdevices import ClaimDevices, claim_ref, log_context
+from drakit.plugin.events import Events
+from drakit.plugin.prepare import Reservations, StatusWriter, checkpoint_failed
+
+log = logging.getLogger("drakit.plugin.node")
+
+
+class Unprepare:
+    """The unprepare of owned claims (see the module docstring)."""
+
+    def __init__(self, checkpoint: Checkpoint, devices: ClaimDevices,
+                 status: StatusWriter | None, events: Events,
+                 reservations: Reservations) -> None:
+        self.checkpoint = checkpoint
+        self.devices = devices
+        self.status = status
+        self.events = events
+        self.reservations = reservations
+
+    def run(self, refs: list[ClaimRef], write_status: bool) -> dict[str, str]:
+        """Claim UID → error ("" = released) for ``refs`` (validated, distinct)."""
+        results: dict[str, str] = {}
+        drop: dict[str, ClaimRecord] = {}
+        unknown: list[str] = []
+        try:
+            owner = self.checkpoint.owner
+        except CheckpointError as e:
+            return {r.uid: checkpoint_failed(self.events, e) for r in refs}
+        for ref in refs:
+            try:
+                rec = self.checkpoint.get(ref.uid)
+            except CheckpointError as e:
+                results[ref.uid] = checkpoint_failed(self.events, e)
+                continue
+            if rec is None:
+                unknown.append(ref.uid)
+                results[ref.uid] = ""
+                continue
+            if (rec.phase == "PrepareStarted" and rec.owner != owner
+                    and self.checkpoint.owner_alive(rec.owner)):
+                results[ref.uid] = (f"claim {ref.uid}: being prepared by another instance of "
+                                    f"this plugin ({rec.owner}); retry")
+                continue
+            try:
+                self.devices.unprepare(rec)
+            except Exception as e:
+                results[ref.uid] = (f"ResourceClaim {rec.namespace}/{rec.name}: "
+                                    f"{type(e).__name__}: {e}; the claim stays prepared")
+                log.exception("unprepare failed", extra=log_context(ref))
+                continue
+            drop[ref.uid] = rec
+            results[ref.uid] = ""
+        if not (drop or unknown):
+            return results
+        try:
+            failed = self._drop(drop, unknown)
+        except CheckpointError as e:
+            msg = checkpoint_failed(self.events, e)
+            return results | dict.fromkeys(drop, msg)
+        results.update(failed)
+        for uid, rec in drop.items():
+            if uid in failed:
+                continue
+            if write_status and self.status is not None and rec.phase == "PrepareCompleted":
+                try:
+                    self.status.remove(claim_ref(rec))
+                except Exception:
+                    log.exception("removing AllocatedDeviceStatus failed",
+                                  extra=log_context(claim_ref(rec)))
+            log.debug("unprepared claim", extra={"claim_uid": uid})
+        return results
+
+    def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str]) -> dict[str, str]:
+        """One checkpoint write: remove the records of ``drop`` and mark them (and the
+        ``unknown`` UIDs) unprepared; then, still under the file lock, remove their CDI
+        specs (and any spec an ``unknown`` UID still has), putting back the records whose
+        spec could not be removed. Returns claim UID → error for those."""
+        now = time.time()
+        seen = self.reservations.of([*drop, *unknown])
+
+        def change(state: CheckpointState) -> None:
+            for uid, rec in drop.items():
+                state.claims.pop(uid, None)
+                state.unprepared[uid] = Mark(fingerprint=rec.fingerprint, at=now,
+                                             reservations=seen.get(uid))
+            for uid in unknown:
+                if uid not in state.claims and uid not in state.unprepared:
+                    state.unprepared[uid] = Mark(fingerprint=None, at=now,
+                                                 reservations=seen.get(uid))
+
+        failed: dict[str, str] = {}
+        self.checkpoint.update_state(
+            change, after=lambda _: failed.update(self._remove_specs(drop, unknown)))
+        return failed
+
+    def _remove_specs(self, drop: dict[str, ClaimRecord],
+                      unknown: list[str]) -> dict[str, str]:
+        failed: dict[str, str] = {}
+        for uid in [*drop, *unknown]:
+            try:
+                self.devices.specs.remove(uid)
+            except Exception as e:
+                if isinstance(e, CDINameError) and uid not in drop:
+                    continue  # an unknown UID no spec file can be named after
+                rec = drop.get(uid)
+                what = f"ResourceClaim {rec.namespace}/{rec.name}" if rec else f"claim {uid}"
+                failed[uid] = (f"{what}: removing its CDI spec failed: "
+                               f"{type(e).__name__}: {e}; the claim stays prepared, retry")
+                log.error("%s", failed[uid], extra={"claim_uid": uid})
+        back = {uid: drop[uid] for uid in failed if uid in drop}
+        if back:
+            self.checkpoint.update_state(lambda state: _put_back(state, back))
+        return failed
+
+
+def _put_back(state: CheckpointState, records: dict[str, ClaimRecord]) -> None:
+    for uid, rec in records.items():
+        if uid not in state.claims:
+            state.claims[uid] = rec
+            state.unprepared.pop(uid, None)

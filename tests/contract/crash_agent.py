@@ -1,0 +1,87 @@
+"""``drakit run`` with crash points armed (crash tests only): the production agent with a
+``crash_hook`` handed to its :class:`drakit.plugin.node.NodeLogic` that kills the process
+with SIGKILL at the named points.
+
+``DRAKIT_CRASH_POINT`` names the points: ``after-driver-hook``, ``after-cdi-write``,
+``after-checkpoint-write`` (:data:`drakit.plugin.node.CRASH_POINTS`), each optionally with
+``:probability`` (default 1), comma-separated; unset, nothing is armed.
+``DRAKIT_CRASH_WITHOUT_PREPARE_HOOK=1`` takes the example plugin's prepare hook away (it
+keeps :meth:`DiscoveryPlugin.prepare`'s default), so the path of claims without a prepare
+hook is the one crashed. Usage: the arguments of ``drakit run``
+(``python crash_agent.py run --driver-name ...``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import drakit.plugin.app as app_module
+from drakit.plugin import cli
+from drakit.plugin.node import CRASH_POINTS, NodeLogic
+
+CRASH_ENV = "DRAKIT_CRASH_POINT"
+WITHOUT_HOOK_ENV = "DRAKIT_CRASH_WITHOUT_PREPARE_HOOK"
+log = logging.getLogger("crash_agent")
+
+
+def parse_crash_points(value: str | None) -> dict[str, float]:
+    """``"after-cdi-write:0.3,after-driver-hook"`` → {point: probability}. Raises ValueError
+    naming an unknown point or a probability outside [0, 1]."""
+    points: dict[str, float] = {}
+    for part in (value or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, prob = part.partition(":")
+        if name not in CRASH_POINTS:
+            raise ValueError(f"{CRASH_ENV}: unknown crash point {name!r} (known: {CRASH_POINTS})")
+        try:
+            p = float(prob) if prob else 1.0
+        except ValueError:
+            raise ValueError(f"{CRASH_ENV}: {part!r}: probability is not a number") from None
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{CRASH_ENV}: {part!r}: probability must be in [0, 1]")
+        points[name] = p
+    return points
+
+
+def crash_hook(points: dict[str, float]) -> Callable[[str], None]:
+    """The hook: SIGKILL of this process at a point of ``points`` with its probability."""
+    def crash(point: str) -> None:
+        p = points.get(point)
+        if p is not None and (p >= 1.0 or random.random() < p):
+            log.warning("fault injection: SIGKILL at %s", point)
+            for h in logging.getLogger().handlers:
+                h.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return crash
+
+
+def main(argv: list[str]) -> int:
+    if os.environ.get(WITHOUT_HOOK_ENV) == "1":
+        from drakit.discovery.builtin.example import ExampleDiscovery
+        from drakit.discovery.plugin import DiscoveryPlugin
+
+        ExampleDiscovery.prepare = DiscoveryPlugin.prepare  # type: ignore[method-assign]
+    spec = os.environ.get(CRASH_ENV)
+    points = parse_crash_points(spec)
+    if points:
+        hook = crash_hook(points)
+
+        class CrashingNodeLogic(NodeLogic):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, crash_hook=hook, **kwargs)
+
+        app_module.NodeLogic = CrashingNodeLogic  # type: ignore[misc]
+        log.warning("fault injection armed: %s=%s", CRASH_ENV, spec)
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,74 @@
+"""Claims whose devices have no prepare hook (the plugin keeps DiscoveryPlugin.prepare's
+default): one checkpoint write per prepare (no PrepareStarted write), the CDI spec written
+under the file lock; the same admission rules (drakit.plugin.prepare, issue #18). Kills at
+each crash point: test_contract_kill.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+from contract_helpers import DRIVER, NODE, POOL, ControlledPlugin, check_invariants, uid_of
+
+from drakit.discovery.model import Device, Pool
+from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from drakit.plugin.testing.harness import DriverHarness
+
+
+class NoHookPlugin(DiscoveryPlugin):
+    """Devices d0..d2 of POOL; prepare and unprepare are the defaults."""
+
+    name: ClassVar[str] = "nohook"
+
+    def __init__(self) -> None:
+        super().__init__(DiscoveryContext(driver_name=DRIVER, node_name=NODE))
+
+    def discover(self) -> list[Pool]:
+        return [Pool(name=POOL, devices=[Device(name=f"d{i}") for i in range(3)])]
+
+
+def test_one_checkpoint_write_per_prepare(harness_factory: Callable[..., DriverHarness]) -> None:
+    h = harness_factory(plugins=[NoHookPlugin()])
+    claim = h.allocate("c", [(POOL, "d0")])
+    writes = h.app.checkpoint.writes
+    res = h.prepare(claim)[uid_of(claim)]
+    assert res.error == "" and len(res.devices) == 1
+    assert h.app.checkpoint.writes - writes == 1
+    rec = h.app.checkpoint.get(uid_of(claim))
+    assert rec is not None and rec.phase == "PrepareCompleted" and rec.devices[0].edits
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(claim)})
+    assert h.prepare(claim)[uid_of(claim)] == res  # answered from the record
+    # The same admission: the device is busy for another claim.
+    other = h.allocate("other", [(POOL, "d0")])
+    assert "still prepared for claim" in h.prepare(other)[uid_of(other)].error
+    assert h.unprepare(claim) == {uid_of(claim): ""}
+    assert h.cdi_files() == [] and h.app.checkpoint.claims() == {}
+
+
+def test_a_plugin_with_a_prepare_hook_keeps_the_started_write(
+        harness_factory: Callable[..., DriverHarness]) -> None:
+    h = harness_factory(plugins=[ControlledPlugin(["d0"])])
+    claim = h.allocate("c", [(POOL, "d0")])
+    writes = h.app.checkpoint.writes
+    assert h.prepare(claim)[uid_of(claim)].error == ""
+    assert h.app.checkpoint.writes - writes == 2
+
+
+def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverHarness],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness_factory(plugins=[NoHookPlugin()])
+    claim, fine = h.allocate("c", [(POOL, "d0")]), h.allocate("fine", [(POOL, "d1")])
+    real = h.app.specs.write
+
+    def write(claim_uid: str, devices: list[Any]) -> list[str]:
+        if claim_uid == uid_of(claim):
+            raise OSError("read-only file system")
+        return real(claim_uid, devices)
+
+    monkeypatch.setattr(h.app.specs, "write", write)
+    res = h.prepare(claim, fine)
+    assert "read-only file system" in res[uid_of(claim)].error
+    assert res[uid_of(fine)].error == ""
+    assert set(h.app.checkpoint.claims()) == {uid_of(fine)}
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(fine)})

@@ -1,0 +1,136 @@
+"""Admission as a pure function (drakit.plugin.admission): checkpoint content + plans +
+owner liveness in, a decision per claim out; no files, no checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.admission import Admission, admit, drop_started, record
+from drakit.plugin.checkpoint import (
+    CheckpointState,
+    ClaimRecord,
+    PreparedDeviceRecord,
+    UnpreparedRecord,
+)
+from drakit.plugin.claimplan import Plan, PlanItem
+from drakit.plugin.claims import AllocatedDevice
+
+ME, OTHER = "me000000000000aa", "other0000000000b"
+NOW = 1_800_000_000.0
+
+
+def plan(uid: str, *devices: str, shareable: bool = False, admin: bool = False,
+         fingerprint: str = "fp", reserved: bool = True, reservations: str | None = "r1") -> Plan:
+    items = []
+    for i, dev in enumerate(devices):
+        alloc = AllocatedDevice(index=i, request=f"req-{i}", driver="d", pool="p", device=dev,
+                                admin_access=admin)
+        rec = PreparedDeviceRecord(request=alloc.request, pool="p", device=dev,
+                                   admin_access=admin, cdi_name=f"{uid}-{dev}")
+        items.append(PlanItem(alloc, cast(Any, None), cast(Any, None), shareable or admin, rec))
+    return Plan(ClaimRef(namespace="ns", name=f"c-{uid}", uid=uid), fingerprint=fingerprint,
+                reserved=reserved, reservations=reservations, configs=[], items=items)
+
+
+def held(uid: str, *devices: str, phase: Any = "PrepareCompleted", owner: str = ME,
+         admin: bool = False) -> ClaimRecord:
+    return ClaimRecord(uid=uid, namespace="ns", name=f"c-{uid}", phase=phase, owner=owner,
+                       devices=[PreparedDeviceRecord(request="r", pool="p", device=d,
+                                                     admin_access=admin) for d in devices])
+
+
+def decide(plans: list[Plan], claims: dict[str, ClaimRecord] | None = None,
+           marks: dict[str, UnpreparedRecord] | None = None,
+           alive: frozenset[str | None] = frozenset({ME})) -> Admission:
+    return admit(claims or {}, marks or {}, plans, ME, lambda o: o in alive, NOW)
+
+
+def test_free_device_is_admitted_with_its_planned_record() -> None:
+    got = decide([plan("a", "d0", "d1")])
+    assert not got.refused and not got.completed
+    rec = got.started["a"]
+    assert (rec.phase, rec.owner, rec.prepared_at, rec.fingerprint) == (
+        "PrepareStarted", ME, NOW, "fp")
+    assert [d.device for d in rec.devices] == ["d0", "d1"]
+    assert rec.devices[0].cdi_name == "a-d0"
+
+
+def test_completed_claim_is_answered_from_its_record() -> None:
+    done = held("a", "d0")
+    got = decide([plan("a", "d0")], {"a": done})
+    assert got.completed == {"a": done} and not got.started and not got.refused
+
+
+def test_live_instance_preparing_refuses_and_a_dead_one_is_taken_over() -> None:
+    theirs = {"a": held("a", "d0", phase="PrepareStarted", owner=OTHER)}
+    refused = decide([plan("a", "d0")], theirs, alive=frozenset({ME, OTHER}))
+    assert "being prepared by another instance of this plugin" in refused.refused["a"]
+    assert OTHER in refused.refused["a"] and not refused.started
+    taken = decide([plan("a", "d0")], theirs)
+    assert taken.started["a"].owner == ME
+
+
+@pytest.mark.parametrize("mark,p,refused", [
+    (UnpreparedRecord(fingerprint="fp", at=NOW), plan("a", "d0", reserved=False), True),
+    (UnpreparedRecord(fingerprint=None, at=NOW), plan("a", "d0", reserved=False), True),
+    (UnpreparedRecord(fingerprint="old", at=NOW), plan("a", "d0", reserved=False), False),
+    (UnpreparedRecord(fingerprint="fp", at=NOW, reservations="r1"), plan("a", "d0"), True),
+    (UnpreparedRecord(fingerprint="fp", at=NOW, reservations="r0"), plan("a", "d0"), False),
+    (UnpreparedRecord(fingerprint="fp", at=NOW, reservations=None), plan("a", "d0"), False),
+    (UnpreparedRecord(fingerprint="fp", at=NOW, reservations="r1"),
+     plan("a", "d0", reservations=None), False),
+])
+def test_stale_prepare_rule(mark: UnpreparedRecord, p: Plan, refused: bool) -> None:
+    got = decide([p], marks={"a": mark})
+    assert ("a" in got.refused) is refused
+    assert ("a" in got.started) is not refused
+    if refused:
+        assert "stale prepare" in got.refused["a"]
+        assert "2027-01-15T08:00:00Z" in got.refused["a"]  # the mark's time, UTC
+
+
+def test_busy_device_is_refused_unless_shareable_or_admin_access() -> None:
+    claims = {"x": held("x", "d0")}
+    busy = decide([plan("a", "d0")], claims)
+    assert busy.refused["a"] == (
+        "ResourceClaim ns/c-a: status.allocation.devices.results[0]: device p/d0 is still "
+        "prepared for claim x; retry after it is unprepared")
+    assert "a" in decide([plan("a", "d0", shareable=True)], claims).started
+    assert "a" in decide([plan("a", "d0", admin=True)], claims).started
+    # A device held with adminAccess does not make it busy; a started record does.
+    assert "a" in decide([plan("a", "d0")], {"x": held("x", "d0", admin=True)}).started
+    started = {"x": held("x", "d0", phase="PrepareStarted", owner=OTHER)}
+    assert "a" in decide([plan("a", "d0")], started, alive=frozenset({ME, OTHER})).refused
+
+
+def test_claims_of_one_call_count_for_each_other() -> None:
+    got = decide([plan("a", "d0"), plan("b", "d0"), plan("c", "d1")])
+    assert set(got.started) == {"a", "c"}
+    assert "still prepared for claim a" in got.refused["b"]
+
+
+def test_admit_reads_only_and_record_writes_the_decision() -> None:
+    claims = {"x": held("x", "d9")}
+    marks = {"a": UnpreparedRecord(fingerprint="old", at=NOW), "z": UnpreparedRecord(at=NOW)}
+    before = (dict(claims), dict(marks))
+    got = decide([plan("a", "d0")], claims, marks)
+    assert (claims, marks) == before
+    state = CheckpointState(dict(claims), dict(marks))
+    record(state, got)
+    assert state.claims == {"x": claims["x"], "a": got.started["a"]}
+    assert state.unprepared == {"z": marks["z"]}  # the admitted claim's mark is cleared
+    # Claims prepared before the write (no prepare hook) are recorded completed at once.
+    done = got.started["a"].model_copy(update={"phase": "PrepareCompleted"})
+    state = CheckpointState(dict(claims), dict(marks))
+    record(state, Admission(prepared={"a": done}))
+    assert state.claims == {"x": claims["x"], "a": done} and "a" not in state.unprepared
+
+
+def test_drop_started_drops_only_this_owners_started_records() -> None:
+    claims = {"a": held("a", phase="PrepareStarted"), "b": held("b"),
+              "c": held("c", phase="PrepareStarted", owner=OTHER)}
+    drop_started(claims, ["a", "b", "c", "missing"], ME)
+    assert set(claims) == {"b", "c"}
