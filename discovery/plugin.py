@@ -177,6 +177,12 @@ class DiscoveryPlugin(ABC):
     - ``config_model``: a pydantic model of the opaque configuration parameters, or None.
       Unknown fields are errors. ``config_api_version`` / ``config_kind``, when set, must
       match ``apiVersion`` / ``kind`` of the opaque object.
+    - ``prepare_changes_node``: whether :meth:`prepare` changes something on the node (a
+      device configured, a file written) that a crash in the middle of a prepare must roll
+      back through :meth:`unprepare`. ``None`` (default) means "when ``prepare`` is
+      overridden". A plugin whose ``prepare`` only computes container edits, status and
+      state sets ``False``: its claims are then recorded in one checkpoint write instead of
+      two (``PrepareStarted`` is skipped; see :mod:`drakit.plugin.prepare`).
     """
 
     name: ClassVar[str] = ""
@@ -184,6 +190,14 @@ class DiscoveryPlugin(ABC):
     config_model: ClassVar[type[BaseModel] | None] = None
     config_api_version: ClassVar[str | None] = None
     config_kind: ClassVar[str | None] = None
+    prepare_changes_node: ClassVar[bool | None] = None
+
+    @classmethod
+    def changes_node_on_prepare(cls) -> bool:
+        """``prepare_changes_node``, or when it is None, whether ``prepare`` is overridden."""
+        if cls.prepare_changes_node is not None:
+            return cls.prepare_changes_node
+        return cls.prepare is not DiscoveryPlugin.prepare
 
     def __init__(self, context: DiscoveryContext) -> None:
         self.context = context

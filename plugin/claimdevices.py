@@ -16,7 +16,7 @@ from typing import Protocol
 
 from drakit.cdi.spec import ContainerEdits
 from drakit.cdi.spec import Device as CDIDevice
-from drakit.discovery.plugin import ClaimRef, DiscoveryPlugin, UnprepareRequest, env_name
+from drakit.discovery.plugin import ClaimRef, UnprepareRequest, env_name
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.claimplan import Plan
 from drakit.plugin.inventory import Inventory
@@ -45,10 +45,10 @@ class SpecWriter(Protocol):
 
 
 def without_prepare_hook(plan: Plan) -> bool:
-    """True when no device of ``plan`` has a prepare hook: its plugin keeps
-    :meth:`DiscoveryPlugin.prepare`'s default, which computes container edits from the
-    discovered device and changes nothing on the node."""
-    return all(type(it.plugin).prepare is DiscoveryPlugin.prepare for it in plan.items)
+    """True when no device of ``plan`` has a prepare hook that changes the node: each
+    device's plugin keeps :meth:`DiscoveryPlugin.prepare`'s default (container edits from
+    the discovered device) or declares ``prepare_changes_node = False``."""
+    return not any(type(it.plugin).changes_node_on_prepare() for it in plan.items)
 
 
 def no_crash(point: str) -> None:

@@ -15,9 +15,10 @@ crash leaves a record recovery rolls back (:mod:`drakit.plugin.recovery`), never
 prepared with no record; the CDI spec comes before the ``PrepareCompleted`` record, so a
 completed record always has its spec.
 
-Claims without a prepare hook (every device's plugin keeps
-:meth:`drakit.discovery.plugin.DiscoveryPlugin.prepare`'s default, which changes nothing on
-the node: :func:`drakit.plugin.claimdevices.without_prepare_hook`) skip the
+Claims without a prepare hook that changes the node (every device's plugin keeps
+:meth:`drakit.discovery.plugin.DiscoveryPlugin.prepare`'s default or declares
+``prepare_changes_node = False``: :func:`drakit.plugin.claimdevices.without_prepare_hook`)
+skip the
 ``PrepareStarted`` write: inside the admission write, still under the file lock, their CDI
 spec is written and they are recorded ``PrepareCompleted`` at once (one checkpoint write
 per call instead of two). What a crash can leave of them is a CDI spec without a record,

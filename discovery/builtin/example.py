@@ -234,6 +234,9 @@ class ExampleDiscovery(DiscoveryPlugin):
     config_model: ClassVar[type[BaseModel] | None] = ExampleConfig
     config_api_version: ClassVar[str | None] = "drakit.example.com/v1alpha1"
     config_kind: ClassVar[str | None] = "ExampleDeviceConfig"
+    # prepare computes env and device nodes from the device and its config; nothing on the
+    # node changes, so a claim is recorded in one checkpoint write
+    prepare_changes_node: ClassVar[bool | None] = False
 
     def __init__(self, context: DiscoveryContext) -> None:
         super().__init__(context)

@@ -100,6 +100,9 @@ class NetDiscovery(DiscoveryPlugin):
 
     name: ClassVar[str] = "net"
     subsystems: ClassVar[tuple[str, ...]] = ("net",)
+    # prepare reads sysfs and netlink and names the interface in the CDI edits; moving it
+    # into the pod is the runtime's job (CDI netDevices), so nothing here needs a rollback
+    prepare_changes_node: ClassVar[bool | None] = False
 
     def __init__(self, context: DiscoveryContext) -> None:
         super().__init__(context)

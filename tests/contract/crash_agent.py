@@ -5,10 +5,11 @@ with SIGKILL at the named points.
 ``DRAKIT_CRASH_POINT`` names the points: ``after-driver-hook``, ``after-cdi-write``,
 ``after-checkpoint-write`` (:data:`drakit.plugin.node.CRASH_POINTS`), each optionally with
 ``:probability`` (default 1), comma-separated; unset, nothing is armed.
-``DRAKIT_CRASH_WITHOUT_PREPARE_HOOK=1`` takes the example plugin's prepare hook away (it
-keeps :meth:`DiscoveryPlugin.prepare`'s default), so the path of claims without a prepare
-hook is the one crashed. Usage: the arguments of ``drakit run``
-(``python crash_agent.py run --driver-name ...``).
+The example plugin declares that its prepare changes nothing on the node
+(``prepare_changes_node = False``); here it is made a hook that does, so the two-write path
+(``PrepareStarted``, then ``PrepareCompleted``) is the one crashed, unless
+``DRAKIT_CRASH_WITHOUT_PREPARE_HOOK=1`` keeps the declaration (the one-write path).
+Usage: the arguments of ``drakit run`` (``python crash_agent.py run --driver-name ...``).
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ def crash_hook(points: dict[str, float]) -> Callable[[str], None]:
 
 
 def main(argv: list[str]) -> int:
-    if os.environ.get(WITHOUT_HOOK_ENV) == "1":
-        from drakit.discovery.builtin.example import ExampleDiscovery
-        from drakit.discovery.plugin import DiscoveryPlugin
+    from drakit.discovery.builtin.example import ExampleDiscovery
 
-        ExampleDiscovery.prepare = DiscoveryPlugin.prepare  # type: ignore[method-assign]
+    # The example plugin declares a prepare that changes nothing on the node (one checkpoint
+    # write per claim). By default the driver makes it a hook that does, so the two-write
+    # path (PrepareStarted, then PrepareCompleted) is what gets killed; with the variable set
+    # the one-write path is.
+    ExampleDiscovery.prepare_changes_node = os.environ.get(WITHOUT_HOOK_ENV) != "1"  # type: ignore[misc]
     spec = os.environ.get(CRASH_ENV)
     points = parse_crash_points(spec)
     if points:

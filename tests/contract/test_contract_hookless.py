@@ -1,7 +1,8 @@
-"""Claims whose devices have no prepare hook (the plugin keeps DiscoveryPlugin.prepare's
-default): one checkpoint write per prepare (no PrepareStarted write), the CDI spec written
-under the file lock; the same admission rules (drakit.plugin.prepare, issue #18). Kills at
-each crash point: test_contract_kill.py."""
+"""Claims whose devices have no prepare hook that changes the node (the plugin keeps
+DiscoveryPlugin.prepare's default or declares prepare_changes_node = False): one checkpoint
+write per prepare (no PrepareStarted write), the CDI spec written under the file lock; the
+same admission rules (drakit.plugin.prepare, issue #18). Kills at each crash point:
+test_contract_kill.py."""
 
 from __future__ import annotations
 
@@ -53,6 +54,39 @@ def test_a_plugin_with_a_prepare_hook_keeps_the_started_write(
     writes = h.app.checkpoint.writes
     assert h.prepare(claim)[uid_of(claim)].error == ""
     assert h.app.checkpoint.writes - writes == 2
+
+
+class DeclaredPlugin(NoHookPlugin):
+    """Overrides prepare (edits computed only) and says so."""
+
+    name: ClassVar[str] = "declared"
+    prepare_changes_node: ClassVar[bool | None] = False
+
+    def prepare(self, request: Any) -> Any:
+        prepared = super().prepare(request)
+        prepared.edits.env = [*(prepared.edits.env or []), "DECLARED=1"]
+        return prepared
+
+
+class ChangingPlugin(NoHookPlugin):
+    """Keeps the default prepare, but declares that it changes the node."""
+
+    name: ClassVar[str] = "changing"
+    prepare_changes_node: ClassVar[bool | None] = True
+
+
+@pytest.mark.parametrize(("plugin", "writes"), [(DeclaredPlugin, 1), (ChangingPlugin, 2)])
+def test_prepare_changes_node_decides_the_started_write(
+        harness_factory: Callable[..., DriverHarness], plugin: type[NoHookPlugin],
+        writes: int) -> None:
+    h = harness_factory(plugins=[plugin()])
+    claim = h.allocate("c", [(POOL, "d0")])
+    before = h.app.checkpoint.writes
+    res = h.prepare(claim)[uid_of(claim)]
+    assert res.error == ""
+    assert h.app.checkpoint.writes - before == writes
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(claim)})
+    assert h.unprepare(claim) == {uid_of(claim): ""}
 
 
 def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverHarness],
