@@ -247,8 +247,6 @@ class FakeKubelet(KubeletDRAClient):
                 raise TimeoutError(f"driver {driver_name} still registered after {timeout}s")
 
 
-
-
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     sys.exit(fake_kubelet_main())

@@ -133,4 +133,3 @@ class KubeletDRAClient(KubeletRegistration):
         missing = requested - set(response.claims)
         if missing:
             raise KubeletCheckError(f"{method} skipped {len(missing)} ResourceClaims")
-

@@ -96,4 +96,3 @@ class HealthWatch:
         self.cancelled = True
         self._call.cancel()
         self._thread.join(timeout=5)
-

@@ -118,7 +118,6 @@ class DeviceHealthReport:
     message: str
 
 
-
 def parse_kubelet_version(version: str) -> tuple[int, int]:
     """``"1.34"`` / ``"v1.33.2"`` → (1, 34). Raises ValueError."""
     parts = version.strip().lstrip("v").split(".")
@@ -160,4 +159,3 @@ def claim_tuple(claim: ClaimLike) -> tuple[str, str, str]:
         return claim.namespace, claim.name, claim.uid
     namespace, name, uid = claim
     return namespace, name, uid
-

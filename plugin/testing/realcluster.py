@@ -414,7 +414,6 @@ class RealAPIServer(ClusterIdentities, ClusterAuditLog):
         raise RealClusterError(f"{name} did not become healthy:\n{tail}")
 
 
-
 def start_real_apiserver(
     workdir: str | os.PathLike[str] | None = None,
     *,

@@ -48,7 +48,6 @@ def record_from_audit_event(event: Mapping[str, Any]) -> RequestRecord:
     )
 
 
-
 class ClusterAuditLog(ClusterREST):
     """Requests read from ``workdir/audit.log`` from an offset that :meth:`clear_requests`
     moves to the end (the real server's counterpart of the embedded one's request log)."""
@@ -103,4 +102,3 @@ class ClusterAuditLog(ClusterREST):
         return Counter(r.full_resource for r in self.requests(user=user)
                        if r.is_write
                        and (not successful_only or 200 <= r.status_code < 300))
-

@@ -47,7 +47,6 @@ _KIND_PATHS: dict[str, tuple[str, str, bool]] = {
 }
 
 
-
 class ClusterObjects(ClusterREST):
     """Create, read, list, update, delete and apply objects as the admin (v1 shapes)."""
 

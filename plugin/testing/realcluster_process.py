@@ -22,7 +22,6 @@ class RealClusterError(RuntimeError):
     """A real control-plane component could not be started or is missing."""
 
 
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -71,7 +70,6 @@ def make_pki(directory: Path) -> dict[str, Path]:
     return {k: directory / v for k, v in names.items()}
 
 
-
 class ChildProcess:
     """A child process in its own session (its own process group), output appended to
     ``log_path``; ``stop`` sends SIGTERM and SIGKILLs after ``timeout`` seconds."""
@@ -116,4 +114,3 @@ class ChildProcess:
                 self.popen.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(10)
-

@@ -137,4 +137,3 @@ class ClusterREST:
         elif resource == "resourceclaims":
             obj = claim_from_version(obj, v)
         return {k: val for k, val in obj.items() if k not in ("apiVersion", "kind")}
-
