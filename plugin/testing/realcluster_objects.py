@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from drakit.plugin.testing.apiserver import AllocatedDevice
+from drakit.plugin.testing.apiserver_claims import AllocatedDevice, allocated_claim
 from drakit.plugin.testing.apiserver_errors import ApiError
 from drakit.plugin.testing.realcluster_rest import ClusterREST
 
@@ -206,42 +205,8 @@ class ClusterObjects(ClusterREST):
         admin = any(isinstance(d, AllocatedDevice) and d.admin_access for d in devices)
         # DRAAdminAccess: only namespaces labelled so may hold adminAccess requests
         self.ensure_namespace(namespace, ADMIN_ACCESS_LABEL if admin else None)
-        results = [d.to_result() if isinstance(d, AllocatedDevice) else dict(d)
-                   for d in devices]
-        counts: dict[str, int] = {}
-        for result in results:
-            counts[result["request"]] = counts.get(result["request"], 0) + 1
-        requests: dict[str, dict[str, Any]] = {}
-        for request_name, count in counts.items():
-            base, _, sub = request_name.partition("/")
-            exact = {"deviceClassName": device_class_name, "allocationMode": "ExactCount",
-                     "count": count}
-            if any(r.get("adminAccess") for r in results if r["request"] == request_name):
-                exact["adminAccess"] = True
-            if sub:
-                entry = requests.setdefault(base, {"name": base, "firstAvailable": []})
-                entry["firstAvailable"].append({"name": sub, **exact})
-            else:
-                requests[base] = {"name": base, "exactly": exact}
-        if not requests:
-            requests["req-0"] = {"name": "req-0", "exactly": {
-                "deviceClassName": device_class_name, "allocationMode": "ExactCount",
-                "count": 1}}
-        claim: dict[str, Any] = {
-            "metadata": {"name": name, "namespace": namespace,
-                         **({"labels": dict(labels)} if labels else {})},
-            "spec": {"devices": {"requests": list(requests.values())}},
-        }
-        if results:
-            allocation: dict[str, Any] = {"devices": {"results": results}}
-            if config:
-                allocation["devices"]["config"] = [dict(c) for c in config]
-            if node_name:
-                allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
-            pods = reserved_for if reserved_for is not None else [
-                {"resource": "pods", "name": f"{name}-pod", "uid": str(uuid.uuid4())}]
-            claim["status"] = {"allocation": allocation}
-            if pods:
-                claim["status"]["reservedFor"] = [dict(p) for p in pods]
+        claim = allocated_claim(
+            namespace, name, devices, device_class_name=device_class_name,
+            node_name=node_name, config=config, reserved_for=reserved_for, labels=labels,
+            admin_access_requests=True)
         return self.create_object("resourceclaims", claim)
