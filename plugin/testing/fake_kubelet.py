@@ -33,7 +33,11 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from drakit.plugin.testing.fake_kubelet_calls import KubeletDRAClient
+from drakit.plugin.testing.fake_kubelet_calls import (
+    KubeletCallError,
+    KubeletCheckError,
+    KubeletDRAClient,
+)
 from drakit.plugin.testing.fake_kubelet_cli import fake_kubelet_main
 from drakit.plugin.testing.fake_kubelet_health import HealthWatch
 from drakit.plugin.testing.fake_kubelet_registration import _Instance
@@ -45,8 +49,6 @@ from drakit.plugin.testing.fake_kubelet_types import (
     ClaimLike,
     ClaimPrepareResult,
     DeviceHealthReport,
-    KubeletCallError,
-    KubeletCheckError,
     PreparedDeviceResult,
     RegisteredPlugin,
     Rejection,

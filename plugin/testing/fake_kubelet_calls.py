@@ -3,9 +3,8 @@ and NodeUnprepareResources with the registered node-API version and the kubelet'
 deadline, the answer checked like the kubelet does (an entry for every requested claim, none
 for an unknown UID), and the health stream.
 
-Errors: :class:`~drakit.plugin.testing.fake_kubelet_types.KubeletCallError` for a gRPC error,
-:class:`~drakit.plugin.testing.fake_kubelet_types.KubeletCheckError` for a broken answer or an
-unregistered driver.
+Errors (defined here): :class:`KubeletCallError` for a gRPC error,
+:class:`KubeletCheckError` for a broken answer or an unregistered driver.
 """
 
 from __future__ import annotations
@@ -22,13 +21,23 @@ from drakit.plugin.testing.fake_kubelet_types import (
     CALL_TIMEOUT,
     ClaimLike,
     ClaimPrepareResult,
-    KubeletCallError,
-    KubeletCheckError,
     PreparedDeviceResult,
     claim_tuple,
 )
 
-__all__ = ["KubeletDRAClient"]
+__all__ = ["KubeletCallError", "KubeletCheckError", "KubeletDRAClient"]
+
+
+class KubeletCheckError(Exception):
+    """The plugin's answer broke a rule the kubelet checks (missing or unknown claim UID)."""
+
+
+class KubeletCallError(Exception):
+    """The RPC itself failed (gRPC status other than OK); ``code`` holds the status code."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class KubeletDRAClient(KubeletRegistration):

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any
 
-from drakit.plugin.testing.fake_kubelet_types import KubeletCallError, KubeletCheckError
+from drakit.plugin.testing.fake_kubelet_calls import KubeletCallError, KubeletCheckError
 
 __all__ = ["fake_kubelet_main"]
 

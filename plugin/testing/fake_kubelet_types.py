@@ -1,7 +1,7 @@
 """The fake kubelet's wire-facing types and rules (:mod:`drakit.plugin.testing.fake_kubelet`):
-the deadlines it uses, its two errors, the results it returns (registered plugins,
-rejections, prepare answers, health reports) and the node-API version choice of a kubelet
-of a given version (shared/reference/kubelet-wire-protocol.md §1.6).
+the deadlines it uses, the results it returns (registered plugins, rejections, prepare
+answers, health reports) and the node-API version choice of a kubelet of a given version
+(shared/reference/kubelet-wire-protocol.md §1.6).
 """
 
 from __future__ import annotations
@@ -9,28 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import grpc
-
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.kubelet.protocol import DRA_V1, DRA_V1BETA1
-
-__all__ = [
-    "CALL_TIMEOUT",
-    "DIAL_TIMEOUT",
-    "GET_INFO_TIMEOUT",
-    "NOTIFY_TIMEOUT",
-    "ClaimLike",
-    "ClaimPrepareResult",
-    "DeviceHealthReport",
-    "KubeletCallError",
-    "KubeletCheckError",
-    "PreparedDeviceResult",
-    "RegisteredPlugin",
-    "Rejection",
-    "choose_dra_version",
-    "claim_tuple",
-    "parse_kubelet_version",
-]
 
 #: Per-call deadline of NodePrepareResources / NodeUnprepareResources (kubelet default).
 CALL_TIMEOUT = 45.0
@@ -42,18 +22,6 @@ NOTIFY_TIMEOUT = 5.0
 DIAL_TIMEOUT = 10.0
 
 ClaimLike = ClaimRef | tuple[str, str, str]
-
-
-class KubeletCheckError(Exception):
-    """The plugin's answer broke a rule the kubelet checks (missing or unknown claim UID)."""
-
-
-class KubeletCallError(Exception):
-    """The RPC itself failed (gRPC status other than OK); ``code`` holds the status code."""
-
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
