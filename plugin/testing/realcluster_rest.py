@@ -51,10 +51,12 @@ class ClusterREST:
 
     @property
     def url(self) -> str:
+        """``https://127.0.0.1:<port>`` of kube-apiserver."""
         return f"https://127.0.0.1:{self.port}"
 
     @property
     def ca_file(self) -> Path:
+        """The CA certificate (PEM) that signed the serving certificate."""
         return self._pki["ca"]
 
 
