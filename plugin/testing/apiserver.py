@@ -89,15 +89,10 @@ v1 shape; they are neither logged nor subject to faults, but they do produce wat
 
 from __future__ import annotations
 
-import argparse
 import random
-import signal
-import sys
 import threading
-import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -106,19 +101,17 @@ import yaml
 
 from drakit.cdi.atomic import atomic_write
 
-from . import apiserver_errors as errors
-from .apiserver_apply import render_path
+from .apiserver_access import InProcessAccess
+from .apiserver_claims import AllocatedDevice
+from .apiserver_cli import apiserver_main
 from .apiserver_errors import ApiError
 from .apiserver_faults import FaultInjector, FaultPlan
 from .apiserver_http import EmbeddedHTTPServer, ServerContext
-from .apiserver_json import clone
 from .apiserver_log import RequestLog, RequestRecord
 from .apiserver_registry import Registry
-from .apiserver_resources import ALL_RESOURCES, RESOURCE_CLAIMS, RESOURCE_VERSIONS, ResourceInfo
+from .apiserver_resources import RESOURCE_VERSIONS
 from .apiserver_schema import schema_version_for
-from .apiserver_selectors import parse_field_selector, parse_label_selector
 from .apiserver_store import Store
-from .apiserver_validate import validate_claim_status
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -136,46 +129,15 @@ DEFAULT_TOKEN = "drakit-embedded-token"
 KUBECONFIG_NAME = "drakit-embedded"
 
 
-@dataclass(frozen=True)
-class AllocatedDevice:
-    """One allocation result of a claim (DeviceRequestAllocationResult): ``request`` is
-    the request name (``req`` or ``req/subrequest``), ``share_id`` a lowercase UUID for
-    devices that allow multiple allocations."""
-
-    driver: str
-    pool: str
-    device: str
-    request: str = "req-0"
-    share_id: str | None = None
-    admin_access: bool | None = None
-
-    def to_result(self) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "request": self.request,
-            "driver": self.driver,
-            "pool": self.pool,
-            "device": self.device,
-        }
-        if self.share_id is not None:
-            result["shareID"] = self.share_id
-        if self.admin_access is not None:
-            result["adminAccess"] = self.admin_access
-        return result
-
-
-def _resource(resource: str) -> ResourceInfo:
-    try:
-        return ALL_RESOURCES[resource]
-    except KeyError:
-        raise ValueError(
-            f"unknown resource {resource!r}; known: {', '.join(sorted(ALL_RESOURCES))}"
-        ) from None
-
-
-class EmbeddedAPIServer:
+class EmbeddedAPIServer(InProcessAccess):
     """The embedded API server. ``served_versions`` are resource.k8s.io versions (subset of
     v1, v1beta2, v1beta1; the first is the preferred one). ``port=0`` picks a free port
-    (kept across stop()/start()). ``seed`` makes generated names reproducible."""
+    (kept across stop()/start()). ``seed`` makes generated names reproducible.
+
+    This class runs the HTTP server and holds the faults and the request log; the
+    in-process helpers are in :class:`~drakit.plugin.testing.apiserver_access.InProcessAccess`,
+    the CLI in :mod:`drakit.plugin.testing.apiserver_cli`.
+    """
 
     def __init__(
         self,
@@ -343,235 +305,3 @@ class EmbeddedAPIServer:
         """Write requests (create/update/patch/delete/deletecollection) per resource, e.g.
         ``{"resourceslices": 2, "resourceclaims/status": 1}``."""
         return self._log.write_counts(successful_only=successful_only)
-
-    # ------------------------------------------------------------------ in-process access
-
-    @property
-    def resource_version(self) -> str:
-        """The current global resourceVersion."""
-        return str(self._store.resource_version)
-
-    def create_object(
-        self, resource: str, obj: Mapping[str, Any], namespace: str = ""
-    ) -> dict[str, Any]:
-        """Create ``obj`` (v1 shape) as a POST would; a given ``status`` is then written
-        as a status update would. Raises :class:`ApiError` like the API would answer."""
-        info = _resource(resource)
-        namespace = namespace or (obj.get("metadata") or {}).get("namespace", "")
-        created = self._registry.create(info, namespace, "v1", clone(dict(obj)),
-                                        dry_run=False)
-        if info.has_status and obj.get("status") and "status" not in created:
-            body = {**created, "status": clone(obj["status"])}
-            created = self._registry.update(
-                info, namespace, created["metadata"]["name"], "v1", body,
-                subresource="status", dry_run=False,
-            )
-        return created
-
-    def get_object(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
-        """The stored object (v1 shape, no apiVersion/kind) or None."""
-        info = _resource(resource)
-        return self._store.get(self._registry.key(info, namespace, name))
-
-    def list_objects(
-        self,
-        resource: str,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """Stored objects sorted by namespace/name; selectors as the API takes them."""
-        info = _resource(resource)
-        fields = parse_field_selector(field_selector, info.field_labels)
-        labels = parse_label_selector(label_selector)
-        items, _ = self._store.select(info.plural, namespace, lambda o: fields(o) and labels(o))
-        return items
-
-    def update_object(
-        self, resource: str, obj: Mapping[str, Any], *, subresource: str = ""
-    ) -> dict[str, Any]:
-        """PUT ``obj`` (v1 shape); a set resourceVersion must be current (else ApiError 409)."""
-        info = _resource(resource)
-        meta = obj.get("metadata") or {}
-        return self._registry.update(
-            info, meta.get("namespace", ""), meta.get("name", ""), "v1",
-            clone(dict(obj)), subresource=subresource, dry_run=False,
-        )
-
-    def delete_object(self, resource: str, name: str, namespace: str = "") -> bool:
-        """Delete; False when it did not exist."""
-        info = _resource(resource)
-        return self._store.remove(self._registry.key(info, namespace, name)) is not None
-
-    def field_managers(
-        self, resource: str, name: str, namespace: str = ""
-    ) -> dict[str, list[str]]:
-        """Server-side apply ownership: ``{"manager" or "manager/status": [field paths]}``."""
-        info = _resource(resource)
-        owners = self._store.owners(self._registry.key(info, namespace, name))
-        return {
-            (manager + (f"/{sub}" if sub else "")): sorted(render_path(p) for p in paths)
-            for (manager, sub), paths in owners.items()
-        }
-
-    def create_node(
-        self, name: str, labels: Mapping[str, str] | None = None,
-        declared_features: Sequence[str] = ("DRANodeAllocatableResources",),
-    ) -> dict[str, Any]:
-        """Create a Node (Ready, with a hostname label) and return it.
-        ``declared_features`` go to ``status.declaredFeatures`` (what a kubelet 1.37 with
-        the DRA gates on reports; slices with nodeAllocatableResources need
-        ``DRANodeAllocatableResources`` there)."""
-        node: dict[str, Any] = {
-            "metadata": {
-                "name": name,
-                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
-            },
-            "spec": {},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status",
-                        "lastHeartbeatTime": "2025-01-01T00:00:00Z",
-                        "lastTransitionTime": "2025-01-01T00:00:00Z",
-                    }
-                ],
-            },
-        }
-        if declared_features:
-            node["status"]["declaredFeatures"] = list(declared_features)
-        return self.create_object("nodes", node)
-
-    def create_claim(
-        self,
-        namespace: str,
-        name: str,
-        devices: Sequence[AllocatedDevice | Mapping[str, Any]] = (),
-        *,
-        uid: str | None = None,
-        node_name: str | None = None,
-        device_class_name: str = "drakit.example.com",
-        config: Sequence[Mapping[str, Any]] | None = None,
-        reserved_for: Sequence[Mapping[str, Any]] | None = None,
-        labels: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """Create a ResourceClaim (v1) allocated to ``devices``.
-
-        One request per distinct request name (``req/sub`` becomes a ``firstAvailable``
-        subrequest); ``status.allocation.devices.results`` lists the devices,
-        ``allocation.config`` the given opaque configs (``{"source": "FromClaim",
-        "requests": [...], "opaque": {"driver": ..., "parameters": {...}}}``),
-        ``allocation.nodeSelector`` selects ``node_name``; ``reservedFor`` defaults to one
-        pod. With no devices the claim is created unallocated. Returns the stored claim.
-        """
-        results = [
-            d.to_result() if isinstance(d, AllocatedDevice) else clone(dict(d))
-            for d in devices
-        ]
-        counts: dict[str, int] = {}
-        for result in results:
-            counts[result["request"]] = counts.get(result["request"], 0) + 1
-        requests: dict[str, dict[str, Any]] = {}
-        for request_name, count in counts.items():
-            base, _, sub = request_name.partition("/")
-            exact = {"deviceClassName": device_class_name, "allocationMode": "ExactCount",
-                     "count": count}
-            if sub:
-                entry = requests.setdefault(base, {"name": base, "firstAvailable": []})
-                entry["firstAvailable"].append({"name": sub, **exact})
-            else:
-                requests[base] = {"name": base, "exactly": exact}
-        if not requests:
-            requests["req-0"] = {"name": "req-0", "exactly": {
-                "deviceClassName": device_class_name, "allocationMode": "ExactCount",
-                "count": 1}}
-        claim: dict[str, Any] = {
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": uid or str(uuid.uuid4()),
-                "creationTimestamp": "2025-01-01T00:00:00Z",
-                "generation": 1,
-                **({"labels": dict(labels)} if labels else {}),
-            },
-            "spec": {"devices": {"requests": list(requests.values())}},
-        }
-        if results:
-            allocation: dict[str, Any] = {"devices": {"results": results}}
-            if config:
-                allocation["devices"]["config"] = [clone(dict(c)) for c in config]
-            if node_name:
-                allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
-            pods = reserved_for if reserved_for is not None else [
-                {"resource": "pods", "name": f"{name}-pod", "uid": str(uuid.uuid4())}]
-            claim["status"] = {"allocation": allocation}
-            if pods:
-                claim["status"]["reservedFor"] = [clone(dict(p)) for p in pods]
-        causes = validate_claim_status(claim, None)
-        if causes:
-            raise errors.invalid_object("ResourceClaim", RESOURCE_CLAIMS.group, name, causes)
-        key = self._registry.key(RESOURCE_CLAIMS, namespace, name)
-        with self._store.locked():
-            if self._store.get(key) is not None:
-                raise errors.already_exists(RESOURCE_CLAIMS.plural, RESOURCE_CLAIMS.group, name)
-            return self._store.put(key, claim)
-
-
-# ---------------------------------------------------------------------- CLI
-
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="drakit apiserver",
-        description="Run drakit's embedded Kubernetes API server in the foreground.",
-        allow_abbrev=False,
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=0, help="port (0: any free port)")
-    parser.add_argument("--kubeconfig-out", metavar="FILE",
-                        help="write a kubeconfig for this server to FILE")
-    parser.add_argument("--served-versions", default="v1",
-                        help="comma-separated resource.k8s.io versions to serve "
-                             "(v1, v1beta2, v1beta1); the first is preferred")
-    return parser.parse_args(argv)
-
-
-def apiserver_main(argv: Sequence[str] | None = None, *, ready: threading.Event | None = None,
-                   stop: threading.Event | None = None) -> int:
-    """``drakit apiserver [--port N] [--kubeconfig-out FILE] [--served-versions v1,...]``.
-
-    Runs until SIGTERM/SIGINT (or ``stop`` is set, for callers not on the main thread),
-    printing where it listens. Returns the exit code (0; 2 for bad arguments)."""
-    args = _parse_args(argv)
-    versions = [v.strip() for v in args.served_versions.split(",") if v.strip()]
-    try:
-        server = EmbeddedAPIServer(args.host, args.port, versions)
-    except ValueError as exc:
-        print(f"drakit apiserver: {exc}", file=sys.stderr)
-        return 2
-    stop_event = stop or threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, lambda *_: stop_event.set())
-    try:
-        with server:
-            print(f"drakit apiserver listening on {server.url} "
-                  f"(resource.k8s.io {', '.join(server.served_versions)})", flush=True)
-            if args.kubeconfig_out:
-                path = server.write_kubeconfig(args.kubeconfig_out)
-                print(f"kubeconfig written to {path}", flush=True)
-            if ready is not None:
-                ready.set()
-            while not stop_event.wait(0.5):
-                pass
-        print("drakit apiserver stopped", flush=True)
-        return 0
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -1,0 +1,234 @@
+"""The fake kubelet's plugin watcher (:mod:`drakit.plugin.testing.fake_kubelet`): it polls the
+registrar directory for sockets, dials each new one, asks ``GetInfo``, validates the answer
+like the kubelet's plugin manager, tells the verdict with ``NotifyRegistrationStatus`` and
+deregisters an instance whose socket went away (shared/reference/kubelet-wire-protocol.md
+§1.4, §1.6). A failed dial or GetInfo is retried with backoff (0.5 s doubling, capped at
+2 min 2 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from drakit.plugin.kubelet.protocol import DRA_PLUGIN_TYPE, HEALTH_V1, HEALTH_V1ALPHA1
+from drakit.plugin.testing.fake_kubelet_health import HealthWatch
+from drakit.plugin.testing.fake_kubelet_types import (
+    GET_INFO_TIMEOUT,
+    NOTIFY_TIMEOUT,
+    RegisteredPlugin,
+    Rejection,
+    choose_dra_version,
+)
+
+__all__ = ["KubeletRegistration"]
+
+log = logging.getLogger("drakit.plugin.testing.fake_kubelet")
+
+
+@dataclass
+class _Instance:
+    plugin: RegisteredPlugin
+    channel: grpc.Channel
+    identity: tuple[int, int, int]
+    watches: list[HealthWatch] = field(default_factory=list)
+
+
+class KubeletRegistration:
+    """The registration side of :class:`~drakit.plugin.testing.fake_kubelet.FakeKubelet`
+    (its state is set by ``FakeKubelet.__init__``; every field is guarded by ``_cond``)."""
+
+    registrar_dir: Path
+    kubelet_version: str
+    rejections: list[Rejection]
+    scans: int
+    _reject_reason: str | None
+    _poll: float
+    _dial_timeout: float
+    _cond: threading.Condition
+    _instances: dict[str, _Instance]
+    _order: list[str]
+    _seen: dict[str, tuple[int, int, int]]
+    _busy: set[str]
+    _retry: dict[str, tuple[float, float]]
+    _registrations: dict[str, int]
+    _epoch: int
+    _stop: threading.Event
+
+    def _current(self, driver_name: str) -> _Instance | None:
+        with self._cond:
+            for sock in reversed(self._order):
+                inst = self._instances[sock]
+                if inst.plugin.driver_name == driver_name:
+                    return inst
+        return None
+
+    def _scan(self) -> list[tuple[str, tuple[int, int, int]]]:
+        found: list[tuple[str, tuple[int, int, int]]] = []
+        for root, dirs, files in os.walk(self.registrar_dir):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if name.startswith("."):
+                    continue
+                path = os.path.join(root, name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISSOCK(st.st_mode):
+                    # identity: inode + mtime (a chmod changes ctime, not mtime)
+                    found.append((path, (st.st_ino, st.st_mtime_ns, 0)))
+        return found
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch_once()
+            except Exception:
+                log.exception("fake kubelet: scan failed")
+            self._stop.wait(self._poll)
+
+    def _watch_once(self) -> None:
+        current = dict(self._scan())
+        now = time.monotonic()
+        with self._cond:
+            for sock in list(self._seen):
+                if sock not in current or current[sock] != self._seen[sock]:
+                    # Removed or re-created: deregister the old instance first.
+                    del self._seen[sock]
+                    self._retry.pop(sock, None)
+                    if sock in self._instances:
+                        log.info("fake kubelet: %s went away; deregistering", sock)
+                        self._drop_instance(sock)
+                        self._cond.notify_all()
+            for sock, ident in current.items():
+                if sock in self._seen or sock in self._busy:
+                    continue
+                retry = self._retry.get(sock)
+                if retry is not None and now < retry[0]:
+                    continue
+                self._busy.add(sock)
+                threading.Thread(
+                    target=self._register, args=(sock, ident, self._epoch),
+                    name="fake-kubelet-register", daemon=True,
+                ).start()
+            self.scans += 1
+            self._cond.notify_all()
+
+    def _drop_instance(self, sock: str) -> None:
+        inst = self._instances.pop(sock, None)
+        if sock in self._order:
+            self._order.remove(sock)
+        if inst is None:
+            return
+        for watch in inst.watches:
+            watch.cancelled = True
+            watch._call.cancel()
+        inst.channel.close()
+
+    def _register(self, sock: str, ident: tuple[int, int, int], epoch: int) -> None:
+        try:
+            self._try_register(sock, ident, epoch)
+        except Exception as exc:
+            # Dial / GetInfo failure: retry with backoff (0.5 s doubling, capped at 2m2s).
+            with self._cond:
+                delay = self._retry.get(sock, (0.0, 0.25))[1] * 2
+                delay = min(delay, 122.0)
+                self._retry[sock] = (time.monotonic() + delay, delay)
+            log.warning("fake kubelet: registering %s failed (%s); retry in %.1fs", sock, exc,
+                        delay)
+        finally:
+            with self._cond:
+                self._busy.discard(sock)
+                self._cond.notify_all()
+
+    def _try_register(self, sock: str, ident: tuple[int, int, int], epoch: int) -> None:
+        channel = grpc.insecure_channel(f"unix:{sock}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=self._dial_timeout)
+            stub = reg_grpc.RegistrationStub(channel)
+            info = stub.GetInfo(reg_pb2.InfoRequest(), timeout=GET_INFO_TIMEOUT)
+            verdict, plugin = self._validate(sock, info)
+            with self._cond:
+                if epoch != self._epoch or self._stop.is_set():
+                    return  # a restart happened meanwhile; the new scan handles it
+                self._seen[sock] = ident
+                self._retry.pop(sock, None)
+                if verdict:
+                    self._reject(sock, info.name, verdict)
+                else:
+                    assert plugin is not None
+                    self._instances[sock] = _Instance(
+                        plugin, grpc.insecure_channel(f"unix:{plugin.endpoint}"), ident
+                    )
+                    self._order.append(sock)
+                    self._registrations[plugin.driver_name] = (
+                        self._registrations.get(plugin.driver_name, 0) + 1
+                    )
+                    log.info("fake kubelet: registered %s at %s using %s", plugin.driver_name,
+                             plugin.endpoint, plugin.dra_version)
+                self._cond.notify_all()
+            try:
+                stub.NotifyRegistrationStatus(
+                    reg_pb2.RegistrationStatus(plugin_registered=not verdict, error=verdict),
+                    timeout=NOTIFY_TIMEOUT,
+                )
+            except grpc.RpcError as exc:
+                # Like the kubelet: a failed notify on the success path leaves it registered.
+                log.warning("fake kubelet: NotifyRegistrationStatus to %s failed: %s", sock,
+                            exc.code())
+        finally:
+            channel.close()
+
+    def _validate(self, sock: str, info: Any) -> tuple[str, RegisteredPlugin | None]:
+        """("", plugin) to accept, or (reason, None) to reject."""
+        if info.type != DRA_PLUGIN_TYPE:
+            return (f"no handler registered for plugin type: {info.type} at socket {sock}", None)
+        endpoint = info.endpoint or sock
+        versions = tuple(info.supported_versions)
+        try:
+            chosen = choose_dra_version(self.kubelet_version, versions)
+        except ValueError as exc:
+            return (f"RegisterPlugin error -- plugin validation failed with err: {exc}", None)
+        with self._cond:
+            reject = self._reject_reason
+            duplicate = any(
+                i.plugin.driver_name == info.name and i.plugin.endpoint == endpoint
+                for s, i in self._instances.items() if s != sock
+            )
+        if reject:
+            return (reject, None)
+        if duplicate:
+            return (
+                "RegisterPlugin error -- plugin registration failed with err: DRA plugin"
+                f" {info.name}: endpoint {endpoint} already registered",
+                None,
+            )
+        health = tuple(v for v in versions if v in (HEALTH_V1, HEALTH_V1ALPHA1))
+        plugin = RegisteredPlugin(
+            driver_name=info.name,
+            endpoint=endpoint,
+            registration_socket=sock,
+            dra_version=chosen,
+            health_versions=health,
+            supported_versions=versions,
+            registered_at=time.time(),
+        )
+        return ("", plugin)
+
+    def _reject(self, sock: str, driver_name: str, reason: str) -> None:
+        log.warning("fake kubelet: rejecting %s (%s): %s", driver_name, sock, reason)
+        self.rejections.append(Rejection(sock, driver_name, reason, time.time()))
+
+
+# --- CLI -----------------------------------------------------------------------------------
