@@ -95,6 +95,7 @@ from typing import Any, Final, TypeVar
 from kubernetes.client import ApiException
 
 from drakit.discovery.model import Pool
+from drakit.plugin.events import Events
 from drakit.plugin.resourceapi import (
     Backoff,
     ErrorKind,
@@ -264,9 +265,9 @@ class SlicePublisher:
     sync; 1 writes one after the other); ``max_sync_attempts`` (list-and-plan rounds per
     sync after 409s); ``min_retry_delay``
     (floor of the background retry delay after a failed sync); ``rule_options``;
-    ``on_validation_issue`` (called once for each issue that is new compared with the
-    previous publish), ``on_write`` (called with ``"create"``/``"update"``/``"delete"`` and
-    the pool name), ``on_error`` (called with the exception of a failed sync); ``sleep`` and
+    ``events`` (:class:`~drakit.plugin.events.Events`: ``slice_validation_issue`` once for
+    each issue that is new compared with the previous publish, ``slice_write`` for each
+    write, ``publish_error`` for each failed sync); ``sleep`` and
     ``rng`` (for tests; ``sleep`` defaults to an interruptible wait that :meth:`stop` cuts
     short; ``rng`` to a generator of this publisher's own, seeded from driver and node name,
     so that two agents never share a schedule).
@@ -290,9 +291,7 @@ class SlicePublisher:
         max_sync_attempts: int = 3,
         min_retry_delay: float = 1.0,
         rule_options: RuleOptions = DRAKIT_DEFAULT,
-        on_validation_issue: Callable[[ValidationIssue], None] | None = None,
-        on_write: Callable[[str, str], None] | None = None,
-        on_error: Callable[[BaseException], None] | None = None,
+        events: Events | None = None,
         sleep: Callable[[float], Any] | None = None,
         rng: Callable[[], float] | None = None,
     ) -> None:
@@ -314,9 +313,7 @@ class SlicePublisher:
         self._max_sync_attempts = max(1, max_sync_attempts)
         self._min_retry_delay = min_retry_delay
         self._rules = rule_options
-        self._on_issue = on_validation_issue
-        self._on_write = on_write
-        self._on_error = on_error
+        self._events = events or Events()
         self._rng = rng or random.Random(f"drakit/{driver_name}/{node_name}").random
         self._stopping = threading.Event()
         self._sleep = sleep or self._interruptible_sleep
@@ -406,8 +403,7 @@ class SlicePublisher:
             if str(issue) in old:
                 continue
             log.warning("ResourceSlice validation: %s", issue)
-            if self._on_issue is not None:
-                self._on_issue(issue)
+            self._events.slice_validation_issue(issue)
         if not wait:
             self.trigger()
             return None
@@ -455,8 +451,7 @@ class SlicePublisher:
                     # longer known to be current, the next sync lists again
                     self._current.clear()
                     self._stats.last_error = str(exc)
-                if self._on_error is not None:
-                    self._on_error(exc)
+                self._events.publish_error(exc)
                 if isinstance(exc, PublishError):
                     raise
                 raise PublishError([describe(exc)]) from exc
@@ -777,8 +772,7 @@ class SlicePublisher:
             setattr(counts, verb + "s", getattr(counts, verb + "s") + 1)
             setattr(self._stats, verb + "s", getattr(self._stats, verb + "s") + 1)
             self._stats.slice_writes += 1
-        if self._on_write is not None:
-            self._on_write(verb, pool)
+        self._events.slice_write(verb, pool)
 
     def _write(self, fn: Callable[[], T], what: str, *, missing_ok: bool = False) -> T | None:
         try:
