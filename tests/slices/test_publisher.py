@@ -84,19 +84,19 @@ def test_resync_keys_only_slices_whose_resource_version_changed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A resync with nothing changed computes no content key of a listed slice (they are
     reused by uid and resourceVersion); a slice edited by someone is keyed and fixed."""
-    import drakit.plugin.slices.publisher as publisher_module
+    import drakit.plugin.slices.compare as compare_module
 
     pub = make_publisher(server)
     pub.publish([pool(300)])
     pub.sync()  # the slices as listed after their creation
     keyed: list[int] = []
-    real = publisher_module.content_key
+    real = compare_module.content_key
 
     def counting(spec: dict[str, Any]) -> str:
         keyed.append(len(spec.get("devices") or []))
         return real(spec)
 
-    monkeypatch.setattr(publisher_module, "content_key", counting)
+    monkeypatch.setattr(compare_module, "content_key", counting)
     assert pub.sync().writes == 0
     assert keyed == []
     first = sorted(slices(server), key=lambda o: o["metadata"]["name"])[0]

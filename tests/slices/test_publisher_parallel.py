@@ -4,6 +4,7 @@ the watch events of its own writes for someone else's."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from slices_helpers import DRIVER, NODE, wait_for
 
 from drakit.discovery.model import Device, Pool
 from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.retry import Backoff
 from drakit.plugin.slices.publisher import PublishError, SlicePublisher
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
@@ -174,19 +176,45 @@ def test_own_create_seen_by_the_watch_before_its_answer_is_not_foreign(
         pub.stop()
 
 
+class StuckCreateAPI(ResourceAPI):
+    """A create that does not answer until :attr:`release` is set (a write of ours that
+    stays in flight); it sends nothing to the server."""
+
+    def __init__(self, server: EmbeddedAPIServer) -> None:
+        super().__init__(server.api_client(), request_timeout=10)
+        self.release = threading.Event()
+        self.stuck = threading.Event()
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.stuck.set()
+        self.release.wait(30)
+        raise ApiException(status=503, reason="ServiceUnavailable")
+
+
 def test_stop_does_not_hang_on_an_event_waiting_for_writes(
-        server: EmbeddedAPIServer, make_publisher: MakePublisher) -> None:
-    pub = make_publisher(server, resync_period=3600, watch_delay=3600)
-    pub.publish([pool(1)])
+        server: EmbeddedAPIServer) -> None:
+    api = StuckCreateAPI(server)
+    pub = publisher(api, resync_period=3600, watch_delay=3600,
+                    backoff=Backoff(initial=0.01, attempts=1))
     pub.start()
-    wait_for(lambda: pub.watching, what="watch to open")
-    with pub._cond:                               # a write of ours that never ends
-        pub._writes_in_flight += 1
-    server.create_object("resourceslices", {
-        "metadata": {"name": "foreign"},
-        "spec": {"driver": DRIVER, "nodeName": NODE, "devices": [],
-                 "pool": {"name": "x", "generation": 1, "resourceSliceCount": 1}}})
-    time.sleep(0.2)                               # the watch thread now waits in _is_own
-    started = time.monotonic()
-    pub.stop(timeout=5)
-    assert time.monotonic() - started < 2
+    writer = threading.Thread(target=_publish_quietly, args=(pub, [pool(1)]), daemon=True)
+    try:
+        writer.start()
+        assert api.stuck.wait(10), "the create never started"
+        wait_for(lambda: pub.watching, what="watch to open")
+        server.create_object("resourceslices", {
+            "metadata": {"name": "foreign"},
+            "spec": {"driver": DRIVER, "nodeName": NODE, "devices": [],
+                     "pool": {"name": "x", "generation": 1, "resourceSliceCount": 1}}})
+        time.sleep(0.2)                           # the watch thread now waits for the write
+        started = time.monotonic()
+        pub.stop(timeout=5)
+        assert time.monotonic() - started < 2
+    finally:
+        api.release.set()
+        writer.join(10)
+
+
+def _publish_quietly(pub: SlicePublisher, pools: list[Pool]) -> None:
+    with contextlib.suppress(PublishError):
+        pub.publish(pools)
