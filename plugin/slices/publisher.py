@@ -19,10 +19,9 @@ lists what is published, and writes only the difference. The semantics follow th
   ``resourceSliceCount``.
 * Writes (:mod:`~drakit.plugin.slices.writes`): surplus slices are deleted first, then
   existing slices are updated in place, then missing ones are created with
-  ``generateName`` ``<node>-<driver>-``; within each step up to ``max_parallel_writes``
-  requests are in flight (:mod:`concurrent.futures`). Slices of pools that no longer exist
-  are deleted; slices of a pool that was skipped because its own fields are invalid are
-  left alone. Planning (:func:`~drakit.plugin.slices.plan.plan_sync`) is pure.
+  ``generateName`` ``<node>-<driver>-``, one after the other. Slices of pools that no
+  longer exist are deleted; slices of a pool that was skipped because its own fields are
+  invalid are left alone. Planning (:func:`~drakit.plugin.slices.plan.plan_sync`) is pure.
 * Ownership: an owner reference to the Node (``controller: true``) so the garbage collector
   removes the slices with the Node. The Node's UID is kept by :class:`~drakit.plugin.slices.owner.
   NodeOwner` and read again when one of our slices was deleted by someone else (seen by the
@@ -69,7 +68,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 from drakit.discovery.model import Pool
 from drakit.plugin.events import Events
@@ -143,10 +142,6 @@ class SyncReport:
         return self.creates + self.updates + self.deletes
 
 
-DEFAULT_PARALLEL_WRITES: Final = 4
-"""Slice writes of one step of a pool sync that may be in flight at once."""
-
-
 class SlicePublisher:
     """Publishes ``driver_name``'s pools for ``node_name`` (see the module docstring).
 
@@ -159,10 +154,9 @@ class SlicePublisher:
     random value up to twice that); ``watch_idle_timeout`` (seconds without event or
     bookmark after which a watch is replaced); ``recovery_spread`` (seconds over which
     reconnects and re-lists after a broken watch, and resyncs after foreign changes, are
-    spread); ``backoff`` (per API call); ``max_parallel_writes`` (slice writes in flight at
-    once within one step of a pool sync; 1 writes one after the other);
-    ``max_sync_attempts`` (list-and-plan rounds per sync after 409s); ``min_retry_delay``
-    (floor of the background retry delay after a failed sync); ``rule_options``;
+    spread); ``backoff`` (per API call); ``max_sync_attempts`` (list-and-plan rounds per
+    sync after 409s); ``min_retry_delay`` (floor of the background retry delay after a
+    failed sync); ``rule_options``;
     ``events`` (:class:`~drakit.plugin.events.Events`: ``slice_validation_issue`` once for
     each issue that is new compared with the previous publish, ``slice_write`` for each
     write, ``publish_error`` for each failed sync); ``sleep`` and ``rng`` (for tests;
@@ -185,7 +179,6 @@ class SlicePublisher:
         watch_idle_timeout: float = 150.0,
         recovery_spread: float = 20.0,
         backoff: Backoff | None = None,
-        max_parallel_writes: int = DEFAULT_PARALLEL_WRITES,
         max_sync_attempts: int = 3,
         min_retry_delay: float = 1.0,
         rule_options: RuleOptions = DRAKIT_DEFAULT,
@@ -222,8 +215,7 @@ class SlicePublisher:
                                      schedule=self._schedule.ask, stopping=self._stopping)
         self._writer = SliceWriter(resource_api, self._calls, self._view, own, self._events,
                                    label_value=self._label_value,
-                                   generate_name=slice_name_prefix(node_name, driver_name),
-                                   max_parallel_writes=max_parallel_writes)
+                                   generate_name=slice_name_prefix(node_name, driver_name))
         self._reconcile = Reconciler(self._writer, self._owner, own, self._view,
                                      self._label_value, f"{driver_name} on {node_name}")
         self._sync_lock = threading.Lock()      # one sync at a time

@@ -1,6 +1,6 @@
-"""The publisher's seams on their own: the write step on concurrent.futures, the resync
-schedule (a trigger never shortens a failure's backoff) and the cleanup through the
-publisher's calls (Retry-After hold-back, the caller's deadline)."""
+"""The publisher's seams on their own: the resync schedule (a trigger never shortens a
+failure's backoff) and the cleanup through the publisher's calls (Retry-After hold-back,
+the caller's deadline)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from drakit.plugin.resourceapi import ResourceAPI
 from drakit.plugin.retry import Backoff
 from drakit.plugin.slices.publisher import PublishError, SlicePublisher, cleanup_slices
 from drakit.plugin.slices.schedule import ResyncSchedule
-from drakit.plugin.slices.writes import run_step
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
 
 MakePublisher = Callable[..., SlicePublisher]
@@ -31,37 +30,6 @@ def pool(n: int) -> Pool:
 
 def slices(server: EmbeddedAPIServer) -> list[dict[str, Any]]:
     return server.list_objects("resourceslices", field_selector=f"spec.driver={DRIVER}")
-
-
-def test_run_step_bounds_writes_in_flight_and_raises_the_earliest_failure() -> None:
-    lock = threading.Lock()
-    started: list[int] = []
-    in_flight = [0, 0]                       # now, most
-
-    def write(i: int, seconds: float, fail: bool) -> None:
-        with lock:
-            started.append(i)
-            in_flight[0] += 1
-            in_flight[1] = max(in_flight[1], in_flight[0])
-        time.sleep(seconds)
-        with lock:
-            in_flight[0] -= 1
-        if fail:
-            raise ValueError(f"write {i}")
-
-    # 0 ends at once, 3 takes its place; 2 fails first, 1 (earlier in the list) fails later
-    timing = {0: (0.01, False), 1: (0.3, True), 2: (0.1, True), 3: (0.5, False)}
-    writes = [lambda i=i: write(i, *timing.get(i, (0.0, False))) for i in range(10)]
-    with pytest.raises(ValueError, match="write 1"):
-        run_step(writes, 3)
-    assert sorted(started) == [0, 1, 2, 3]   # nothing started after the first failure
-    assert in_flight == [0, 3]               # all ended before the raise; never more than 3
-
-
-def test_run_step_with_one_worker_writes_in_order() -> None:
-    order: list[int] = []
-    run_step([lambda i=i: order.append(i) for i in range(5)], 1)
-    assert order == [0, 1, 2, 3, 4]
 
 
 def test_a_trigger_does_not_shorten_the_failure_backoff() -> None:
