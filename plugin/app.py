@@ -25,7 +25,7 @@ from drakit.plugin.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.config import Settings
 from drakit.plugin.inventory import Inventory
 from drakit.plugin.kubelet.server import PluginServer
-from drakit.plugin.metrics import MetricEvents, Metrics, drop_kind
+from drakit.plugin.metrics import MetricEvents, Metrics
 from drakit.plugin.node import NodeLogic
 from drakit.plugin.orphans import NodePods, OrphanSweeper
 from drakit.plugin.resourceapi import ResourceAPI, describe
@@ -174,9 +174,7 @@ class App:
             s.node_name,
             strict=s.strict,
             resync_period=s.resync_seconds,
-            on_validation_issue=lambda i: self.metrics.validation_drop(drop_kind(i.action)),
-            on_write=lambda verb, _pool: self.metrics.slice_write(verb),
-            on_error=lambda _e: self.metrics.publish_errors.inc(),
+            events=self.events,
         )
         self.server = PluginServer(
             s.driver_name,

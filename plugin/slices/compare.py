@@ -151,3 +151,30 @@ def carry_time_added(desired: dict[str, Any], existing: dict[str, Any]) -> dict[
     if "devices" in desired:
         out["devices"] = devices
     return out
+
+
+class ServerKeys:
+    """:func:`content_key` of listed slices, reused while a slice's ``metadata.uid`` and
+    ``resourceVersion`` stay the same (the API server changes the resourceVersion at every
+    write, so an equal pair means an equal spec). :meth:`next_round` starts a sync: the
+    keys of slices not seen in the previous round are dropped. Not thread-safe (one sync at
+    a time uses it)."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[str, str], str] = {}
+        self._now: dict[tuple[str, str], str] = {}
+
+    def next_round(self) -> None:
+        self._prev, self._now = self._now, {}
+
+    def __call__(self, obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not rv:
+            return content_key(obj["spec"])
+        ident = (str(uid), str(rv))
+        key = self._prev.get(ident) or self._now.get(ident)
+        if key is None:
+            key = content_key(obj["spec"])
+        self._now[ident] = key
+        return key

@@ -18,19 +18,72 @@ are then written without an owner reference, never with a gone one).
 round waits the publisher's ``watch_delay``, each further round within the quiet period
 twice as long, up to a cap (the resync period), so a controller that keeps deleting them
 (whatever the reason) is not answered with a write every second.
+
+The metadata helpers (:func:`slice_metadata`, :func:`metadata_ok`) put the owner reference
+and the :data:`PUBLISHER_NODE_LABEL` on a slice and check them.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
-from drakit.plugin.resourceapi import ErrorKind, classify
+from drakit.plugin.retry import ErrorKind, classify
+from drakit.plugin.slices.formats import is_label_value
 
 log = logging.getLogger(__name__)
+
+PUBLISHER_NODE_LABEL: Final = "resource.drakit.io/node"
+"""Label on every slice drakit writes: the node whose publisher owns it (the node name, or
+a hash of it when the name is not a valid label value)."""
+
+
+def node_label_value(node: str) -> str:
+    """The :data:`PUBLISHER_NODE_LABEL` value for a node name."""
+    if is_label_value(node):
+        return node
+    return "sha256-" + hashlib.sha256(node.encode()).hexdigest()[:40]
+
+
+def slice_name_prefix(node: str, driver: str) -> str:
+    """``generateName`` for new slices: ``<node>-<driver>-`` as a DNS label prefix (dots and
+    other characters become ``-``; at most 58 characters so the server's 5-character
+    suffix fits a 63-character name)."""
+    s = re.sub(r"[^a-z0-9]+", "-", f"{node}-{driver}".lower()).strip("-")
+    s = s[:57].rstrip("-") or "drakit"
+    return s + "-"
+
+
+def metadata_ok(obj: dict[str, Any], label_value: str, owner: dict[str, Any] | None) -> bool:
+    """``obj`` carries the node label ``label_value`` and (unless ``owner`` is None) the
+    owner reference ``owner`` as its controller."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(PUBLISHER_NODE_LABEL) != label_value:
+        return False
+    if owner is None:
+        return True
+    return any(r.get("kind") == "Node" and r.get("name") == owner["name"]
+               and r.get("uid") == owner["uid"] and r.get("controller") is True
+               for r in meta.get("ownerReferences") or [])
+
+
+def slice_metadata(meta: dict[str, Any], label_value: str,
+                   owner: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``meta`` with the node label and (unless None) ``owner`` as the only Node
+    owner reference; ``managedFields`` left out (the server keeps its own)."""
+    meta = copy.deepcopy(meta)
+    meta["labels"] = {**(meta.get("labels") or {}), PUBLISHER_NODE_LABEL: label_value}
+    if owner is not None:
+        refs = [r for r in meta.get("ownerReferences") or [] if r.get("kind") != "Node"]
+        meta["ownerReferences"] = [*refs, owner]
+    meta.pop("managedFields", None)
+    return meta
 
 
 class NodeOwner:

@@ -1,8 +1,11 @@
-"""Plan the writes that bring one pool's ResourceSlices from what exists to what is desired.
+"""Plan the writes that bring a node's ResourceSlices from what exists to what is desired.
 
-:func:`plan_pool` is pure: it reads the desired slice specs and the existing slices (from a
-LIST or the publisher's local view) and returns a :class:`PoolPlan`; the publisher executes
-it. The rules are those of the Go ``resourceslice`` controller (existing-drivers.md §5.2)
+Everything here is pure (no API call, no lock): :func:`desired_state` turns the pools into
+the slice specs to publish (:mod:`~drakit.plugin.slices.validate` +
+:mod:`~drakit.plugin.slices.split`); :func:`plan_sync` compares them with the listed slices
+(from a LIST or the publisher's local view) and returns one :class:`PoolPlan` per pool, made
+by :func:`plan_pool`; :class:`~drakit.plugin.slices.writes.SliceWriter` executes them.
+The rules are those of the Go ``resourceslice`` controller (existing-drivers.md §5.2)
 and the ResourceSlice API (``spec.pool.generation``: "whenever a driver changes something
 about one or more of the resources in a pool, it must change the generation in all
 ResourceSlices which are part of that pool"):
@@ -24,9 +27,84 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from drakit.discovery.model import Pool
+from drakit.plugin.slices.compare import content_key
+from drakit.plugin.slices.rules import RuleOptions
+from drakit.plugin.slices.split import split_pool
+from drakit.plugin.slices.validate import SliceValidationError, ValidationIssue, validate_pools
+
 Obj = dict[str, Any]
+
+
+@dataclass
+class DesiredState:
+    """What one node's publisher wants on the server: ``specs`` (pool name → slice specs,
+    v1 shape, generation not yet set), ``protected`` (pools skipped because their own
+    fields are invalid: their slices are left alone), ``devices`` (in ``specs``) and the
+    validation ``issues``."""
+
+    specs: dict[str, list[Obj]]
+    protected: set[str] = field(default_factory=set)
+    devices: int = 0
+    issues: list[ValidationIssue] = field(default_factory=list)
+    _keys: dict[str, list[str]] = field(default_factory=dict, repr=False)
+
+    def keys(self, pool: str) -> list[str]:
+        """The content_key of each spec of ``pool``, computed when first needed (a cold
+        publish, with nothing on the server to match, needs none)."""
+        got = self._keys.get(pool)
+        if got is None:
+            got = self._keys[pool] = [content_key(s) for s in self.specs[pool]]
+        return got
+
+    @property
+    def slice_count(self) -> int:
+        return sum(len(s) for s in self.specs.values())
+
+
+def desired_state(pools: Sequence[Pool], driver: str, node: str, rules: RuleOptions, *,
+                  strict: bool = False) -> DesiredState:
+    """Validate and split ``pools``. A pool whose own fields are invalid is left out and
+    protected; invalid devices, attributes or counter sets are left out of their pool.
+    ``strict``: raise :class:`~drakit.plugin.slices.validate.SliceValidationError` for any
+    issue instead."""
+    results = validate_pools(list(pools), driver, node, rules)
+    issues = [i for r in results for i in r.issues]
+    if strict and issues:
+        raise SliceValidationError(issues)
+    specs: dict[str, list[Obj]] = {}
+    skipped: set[str] = set()
+    devices = 0
+    for pool, result in zip(pools, results, strict=True):
+        if result.pool is None:
+            skipped.add(pool.name)
+            continue
+        specs[result.pool.name] = split_pool(result.pool, driver, node)
+        devices += len(result.pool.devices)
+    return DesiredState(specs, skipped - set(specs), devices, issues)
+
+
+def plan_sync(desired: DesiredState, listed: Sequence[Obj], *,
+              key_of: Callable[[Obj], str] = lambda o: content_key(o["spec"]),
+              echo: Mapping[str, str] | None = None,
+              generations: Mapping[str, int] | None = None,
+              metadata_ok: Callable[[Obj], bool] = lambda _o: True) -> list[PoolPlan]:
+    """One :class:`PoolPlan` per pool that is desired or has listed slices, sorted by pool
+    name. ``listed``: this publisher's slices (whole objects, v1 shape); ``generations``:
+    pool → the highest generation this publisher wrote; the other arguments as for
+    :func:`plan_pool`."""
+    existing: dict[str, list[Obj]] = {}
+    for obj in listed:
+        existing.setdefault(obj["spec"]["pool"]["name"], []).append(obj)
+    remembered = generations or {}
+    return [plan_pool(pool, desired.specs.get(pool), partial(desired.keys, pool),
+                      existing.get(pool, []), protected=pool in desired.protected,
+                      key_of=key_of, echo=echo, remembered=remembered.get(pool, 0),
+                      metadata_ok=metadata_ok)
+            for pool in sorted(set(desired.specs) | set(existing))]
 
 
 @dataclass

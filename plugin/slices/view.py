@@ -6,11 +6,12 @@ The view plays the part of the Go controller's informer store plus its mutation 
 slices are kept by name; an object replaces the stored one only when its resourceVersion is
 not older (resourceVersions compared as integers, as that cache does, because a watch may
 deliver an event that is older than the answer of a write the publisher already stored).
-Not thread-safe: the publisher guards it with its own lock.
+Thread-safe: the sync, the writes and the watch threads all use one view.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,46 +46,53 @@ class SliceView:
 
     def __init__(self) -> None:
         self._objs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._objs)
+        with self._lock:
+            return len(self._objs)
 
     def slices(self, selected: Callable[[dict[str, Any]], bool] | None = None
                ) -> list[dict[str, Any]]:
         """The stored slices (all, or those ``selected`` accepts), sorted by name."""
-        return [self._objs[n] for n in sorted(self._objs)
-                if selected is None or selected(self._objs[n])]
+        with self._lock:
+            objs = dict(self._objs)
+        return [objs[n] for n in sorted(objs) if selected is None or selected(objs[n])]
 
     def replace(self, selected: Callable[[dict[str, Any]], bool],
                 items: Iterable[dict[str, Any]]) -> None:
         """A LIST's answer: the stored slices ``selected`` accepts (the LIST's scope) are
         replaced by ``items``."""
-        self._objs = {n: o for n, o in self._objs.items() if not selected(o)}
-        for obj in items:
-            self._objs[_name(obj)] = obj
+        with self._lock:
+            self._objs = {n: o for n, o in self._objs.items() if not selected(o)}
+            for obj in items:
+                self._objs[_name(obj)] = obj
 
     def stored(self, obj: dict[str, Any]) -> bool:
         """An object as the server stored it (watch ADDED/MODIFIED, or a write's answer);
         ignored when the view already holds a newer version. True when the view changed."""
         name = _name(obj)
-        held = self._objs.get(name)
-        if held is not None and _uid(held) == _uid(obj):
-            old, new = _rv(held), _rv(obj)
-            if old is not None and new is not None and new <= old:
-                return False
-        self._objs[name] = obj
-        return True
+        with self._lock:
+            held = self._objs.get(name)
+            if held is not None and _uid(held) == _uid(obj):
+                old, new = _rv(held), _rv(obj)
+                if old is not None and new is not None and new <= old:
+                    return False
+            self._objs[name] = obj
+            return True
 
     def deleted(self, obj: dict[str, Any]) -> bool:
         """A watch DELETED event (the object's last state): removed unless the view holds
         another object of that name (a newer one with another UID). True when removed."""
         name = _name(obj)
-        held = self._objs.get(name)
-        if held is None or (_uid(obj) and _uid(held) and _uid(held) != _uid(obj)):
-            return False
-        del self._objs[name]
-        return True
+        with self._lock:
+            held = self._objs.get(name)
+            if held is None or (_uid(obj) and _uid(held) and _uid(held) != _uid(obj)):
+                return False
+            del self._objs[name]
+            return True
 
     def removed(self, name: str) -> None:
         """The publisher deleted ``name`` (or found it gone)."""
-        self._objs.pop(name, None)
+        with self._lock:
+            self._objs.pop(name, None)

@@ -10,6 +10,7 @@ import pytest
 from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 
 from drakit.discovery.model import CounterSet, Device, DeviceTaint, Pool
+from drakit.plugin.events import RecordedEvents
 from drakit.plugin.resourceapi import ResourceAPI
 from drakit.plugin.slices.publisher import (
     PUBLISHER_NODE_LABEL,
@@ -83,19 +84,19 @@ def test_resync_keys_only_slices_whose_resource_version_changed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A resync with nothing changed computes no content key of a listed slice (they are
     reused by uid and resourceVersion); a slice edited by someone is keyed and fixed."""
-    import drakit.plugin.slices.publisher as publisher_module
+    import drakit.plugin.slices.compare as compare_module
 
     pub = make_publisher(server)
     pub.publish([pool(300)])
     pub.sync()  # the slices as listed after their creation
     keyed: list[int] = []
-    real = publisher_module.content_key
+    real = compare_module.content_key
 
     def counting(spec: dict[str, Any]) -> str:
         keyed.append(len(spec.get("devices") or []))
         return real(spec)
 
-    monkeypatch.setattr(publisher_module, "content_key", counting)
+    monkeypatch.setattr(compare_module, "content_key", counting)
     assert pub.sync().writes == 0
     assert keyed == []
     first = sorted(slices(server), key=lambda o: o["metadata"]["name"])[0]
@@ -163,17 +164,20 @@ def test_foreign_slice_on_our_node_is_removed(server: EmbeddedAPIServer,
 
 def test_invalid_device_left_out_rest_published(server: EmbeddedAPIServer,
                                                 make_publisher: MakePublisher) -> None:
-    seen: list[ValidationIssue] = []
-    pub = make_publisher(server, on_validation_issue=seen.append)
+    events = RecordedEvents()
+    pub = make_publisher(server, events=events)
     inventory = pool(3)
     inventory.devices.append(Device(name="Not_A_Label"))
     pub.publish([inventory])
     [s] = slices(server)
     assert [d["name"] for d in s["spec"]["devices"]] == ["dev-0", "dev-1", "dev-2"]
+    seen: list[ValidationIssue] = [a[0] for a in events.named("slice_validation_issue")]
     assert [i.field for i in seen] == ["spec.devices[3].name"]
     assert pub.stats.validation_drops == 1
+    assert events.named("slice_write") == [("create", NODE)]
     pub.publish([inventory])
-    assert len(seen) == 1                     # the same issue is reported once
+    assert len(events.named("slice_validation_issue")) == 1  # the same issue reported once
+    assert events.named("publish_error") == []
 
 
 def test_strict_mode_refuses_everything(server: EmbeddedAPIServer,

@@ -1,9 +1,10 @@
-"""SlicePublisher writes in parallel within one step of a pool sync (creates, updates,
-deletes), keeps the DRA pool rules while doing so, stops at a failure, and does not take
-the watch events of its own writes for someone else's."""
+"""SlicePublisher's writes of a pool sync (creates, updates, deletes): one at a time, the DRA
+pool rules kept, stopped at a failure, and the watch events of its own writes not taken
+for someone else's."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from slices_helpers import DRIVER, NODE, wait_for
 
 from drakit.discovery.model import Device, Pool
 from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.retry import Backoff
 from drakit.plugin.slices.publisher import PublishError, SlicePublisher
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 
@@ -89,13 +91,12 @@ def publisher(api: ResourceAPI, **kwargs: Any) -> SlicePublisher:
     return SlicePublisher(api, DRIVER, NODE, **kwargs)
 
 
-@pytest.mark.parametrize("parallel", [1, 3])
-def test_creates_in_parallel_up_to_the_limit(server: EmbeddedAPIServer, parallel: int) -> None:
-    api = SlowAPI(server, delay=0.1)
-    pub = publisher(api, max_parallel_writes=parallel)
+def test_creates_one_at_a_time_keep_one_generation(server: EmbeddedAPIServer) -> None:
+    api = SlowAPI(server, delay=0.02)
+    pub = publisher(api)
     report = pub.publish([pool(1000)])
     assert report is not None and report.creates == 8
-    assert api.max_in_flight == parallel
+    assert api.max_in_flight == 1
     # every slice of the pool: one generation, the pool's slice count, all devices once
     assert pool_fields(server) == {(1, 8)}
     names = [d["name"] for s in slices(server) for d in s["spec"]["devices"]]
@@ -104,32 +105,31 @@ def test_creates_in_parallel_up_to_the_limit(server: EmbeddedAPIServer, parallel
     assert pub.sync().writes == 0
 
 
-def test_updates_and_deletes_in_parallel_keep_one_generation(
-        server: EmbeddedAPIServer) -> None:
-    api = SlowAPI(server, delay=0.1)
-    pub = publisher(api, max_parallel_writes=4)
+def test_updates_and_deletes_keep_one_generation(server: EmbeddedAPIServer) -> None:
+    api = SlowAPI(server, delay=0.02)
+    pub = publisher(api)
     pub.publish([pool(1000)])
     api.max_in_flight = 0
     report = pub.publish([pool(1000, value=1)])   # every slice's content changes
     assert report is not None and (report.updates, report.creates) == (8, 0)
-    assert api.max_in_flight == 4
+    assert api.max_in_flight == 1
     assert pool_fields(server) == {(2, 8)}
     api.max_in_flight = 0
     report = pub.publish([pool(300, value=1)])    # 3 slices: 5 surplus deleted
     assert report is not None and report.deletes == 5
-    assert api.max_in_flight == 4
+    assert api.max_in_flight == 1
     assert pool_fields(server) == {(3, 3)}
     assert pub.stats.generations == {NODE: 3}
 
 
-def test_a_failed_create_stops_the_step_and_is_raised(server: EmbeddedAPIServer) -> None:
-    api = SlowAPI(server, delay=0.1, fail_creates=frozenset({2}))
-    pub = publisher(api, max_parallel_writes=3)
+def test_a_failed_create_stops_the_pool_and_is_raised(server: EmbeddedAPIServer) -> None:
+    api = SlowAPI(server, delay=0.02, fail_creates=frozenset({2}))
+    pub = publisher(api)
     with pytest.raises(PublishError, match="422"):
         pub.publish([pool(1000)])
-    # no write starts after the failure: at most the three that were in flight
-    assert 2 <= api.calls["create"] <= 3
-    assert len(slices(server)) <= 2
+    # no write starts after the failure
+    assert api.calls["create"] == 2
+    assert len(slices(server)) == 1
     assert pub.stats.publish_errors == 1 and not pub.stats.published_once
     api.fail_creates = frozenset()
     pub.sync()                                    # the half-written pool is completed
@@ -174,19 +174,45 @@ def test_own_create_seen_by_the_watch_before_its_answer_is_not_foreign(
         pub.stop()
 
 
+class StuckCreateAPI(ResourceAPI):
+    """A create that does not answer until :attr:`release` is set (a write of ours that
+    stays in flight); it sends nothing to the server."""
+
+    def __init__(self, server: EmbeddedAPIServer) -> None:
+        super().__init__(server.api_client(), request_timeout=10)
+        self.release = threading.Event()
+        self.stuck = threading.Event()
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.stuck.set()
+        self.release.wait(30)
+        raise ApiException(status=503, reason="ServiceUnavailable")
+
+
 def test_stop_does_not_hang_on_an_event_waiting_for_writes(
-        server: EmbeddedAPIServer, make_publisher: MakePublisher) -> None:
-    pub = make_publisher(server, resync_period=3600, watch_delay=3600)
-    pub.publish([pool(1)])
+        server: EmbeddedAPIServer) -> None:
+    api = StuckCreateAPI(server)
+    pub = publisher(api, resync_period=3600, watch_delay=3600,
+                    backoff=Backoff(initial=0.01, attempts=1))
     pub.start()
-    wait_for(lambda: pub.watching, what="watch to open")
-    with pub._cond:                               # a write of ours that never ends
-        pub._writes_in_flight += 1
-    server.create_object("resourceslices", {
-        "metadata": {"name": "foreign"},
-        "spec": {"driver": DRIVER, "nodeName": NODE, "devices": [],
-                 "pool": {"name": "x", "generation": 1, "resourceSliceCount": 1}}})
-    time.sleep(0.2)                               # the watch thread now waits in _is_own
-    started = time.monotonic()
-    pub.stop(timeout=5)
-    assert time.monotonic() - started < 2
+    writer = threading.Thread(target=_publish_quietly, args=(pub, [pool(1)]), daemon=True)
+    try:
+        writer.start()
+        assert api.stuck.wait(10), "the create never started"
+        wait_for(lambda: pub.watching, what="watch to open")
+        server.create_object("resourceslices", {
+            "metadata": {"name": "foreign"},
+            "spec": {"driver": DRIVER, "nodeName": NODE, "devices": [],
+                     "pool": {"name": "x", "generation": 1, "resourceSliceCount": 1}}})
+        time.sleep(0.2)                           # the watch thread now waits for the write
+        started = time.monotonic()
+        pub.stop(timeout=5)
+        assert time.monotonic() - started < 2
+    finally:
+        api.release.set()
+        writer.join(10)
+
+
+def _publish_quietly(pub: SlicePublisher, pools: list[Pool]) -> None:
+    with contextlib.suppress(PublishError):
+        pub.publish(pools)
