@@ -1,14 +1,32 @@
 """JSON-tree helpers for the embedded API server (objects are plain dict/list/scalar
-trees; copies use :func:`drakit.plugin.jsontree.clone`, much cheaper than ``copy.deepcopy``)."""
+trees; :func:`clone` copies them much more cheaply than ``copy.deepcopy``)."""
 
 from __future__ import annotations
 
 import json
+import marshal
 from typing import Any
 
-from drakit.plugin.jsontree import clone
-
 __all__ = ["clone", "equal_ignoring_resource_version", "strip_nulls"]
+
+
+def clone(value: Any) -> Any:
+    """Deep copy of a JSON tree, by ``marshal`` (C code; ``copy.deepcopy`` walks every
+    object in Python and keeps a memo). Values ``marshal`` cannot take (a dict or list
+    subclass, an object inside) are copied by a recursive walk that copies dicts and lists
+    and shares everything else."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return _walk(value)
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _walk(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v) for v in value]
+    return value
 
 
 def strip_nulls(value: Any) -> Any:
