@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from drakit.cdi.spec import ContainerEdits
 from drakit.cdi.spec import Device as CDIDevice
@@ -49,6 +49,26 @@ def without_prepare_hook(plan: Plan) -> bool:
     device's plugin keeps :meth:`DiscoveryPlugin.prepare`'s default (container edits from
     the discovered device) or declares ``prepare_changes_node = False``."""
     return not any(type(it.plugin).changes_node_on_prepare() for it in plan.items)
+
+
+class HookExit(Exception):
+    """A discovery plugin's hook raised what is not an ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``, another ``BaseException``): its claim's error, never the agent's
+    exit or a kubelet call that never answers."""
+
+
+R = TypeVar("R")
+
+
+def run_hook(hook: Callable[[Any], R], request: Any) -> R:
+    """``hook(request)``; a ``BaseException`` that is not an ``Exception`` becomes
+    :class:`HookExit` (with the original as its cause)."""
+    try:
+        return hook(request)
+    except Exception:
+        raise
+    except BaseException as e:  # a vendor's SystemExit must not end the call
+        raise HookExit(f"{type(e).__name__} raised: {e}") from e
 
 
 def no_crash(point: str) -> None:
@@ -94,7 +114,7 @@ class ClaimDevices:
             for it in plan.items:
                 # Listed before the hook runs: a hook that fails half-way is undone too.
                 devices.append(it.record)
-                out = it.plugin.prepare(it.request)
+                out = run_hook(it.plugin.prepare, it.request)
                 self.crash("after-driver-hook")
                 edits = out.edits
                 if edits.is_empty():
@@ -158,7 +178,7 @@ class ClaimDevices:
                         d.plugin, d.pool, d.device, extra=log_context(ref))
             return
         try:
-            plugin.unprepare(UnprepareRequest(
+            run_hook(plugin.unprepare, UnprepareRequest(
                 claim=ref, request=d.request, pool=d.pool, device=d.device,
                 share_id=d.share_id, state=d.state,
             ))

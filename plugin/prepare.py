@@ -53,6 +53,7 @@ from drakit.plugin.claimplan import Plan, plan_claim
 from drakit.plugin.claims import ClaimError, RetryableClaimError
 from drakit.plugin.events import Events
 from drakit.plugin.inventory import Inventory
+from drakit.plugin.retry import describe
 from drakit.plugin.types import PrepareResult
 
 log = logging.getLogger("drakit.plugin.node")
@@ -186,8 +187,8 @@ class Prepare:
             claim = self.claim_source.get_claim(ref.namespace, ref.name, deadline=deadline)
         except Exception as e:
             raise RetryableClaimError(
-                f"ResourceClaim {ref.namespace}/{ref.name}: cannot read it from the API: {e}"
-            ) from None
+                f"ResourceClaim {ref.namespace}/{ref.name}: cannot read it from the API: "
+                f"{describe(e)}") from None
         if claim is None:
             raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: not found")
         return plan_claim(ref, claim, self.driver_name, self.inventory)

@@ -87,8 +87,41 @@ def retry_after_seconds(exc: BaseException) -> float | None:
         return None
 
 
+def _connection_problem(exc: BaseException) -> str | None:
+    """urllib3's connection failures in words, naming the API server's host:port (their
+    own text carries object reprs and a float timeout); None for anything else."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason
+    what = {  # NewConnectionError is a ConnectTimeoutError in urllib3 2: it goes first
+        urllib3.exceptions.NewConnectionError: "cannot connect",
+        urllib3.exceptions.ConnectTimeoutError: "connecting timed out",
+        urllib3.exceptions.ReadTimeoutError: "no answer before the read timeout",
+        urllib3.exceptions.ProtocolError: "the connection broke",
+    }
+    text = next((t for kind, t in what.items() if isinstance(exc, kind)), None)
+    if text is None:
+        return None
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        holder: Any = exc.conn
+    elif isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        holder = exc.pool
+    else:
+        holder = next((a for a in exc.args if hasattr(a, "host") and hasattr(a, "port")), None)
+    where = f" at {holder.host}:{holder.port}" if holder is not None else ""
+    cause = exc.args[-1] if exc.args and isinstance(exc.args[-1], (str, BaseException)) else ""
+    errno = getattr(exc, "__context__", None)
+    detail = f" ({errno.strerror})" if isinstance(errno, OSError) and errno.strerror else ""
+    if not detail and isinstance(cause, BaseException):
+        detail = f" ({cause})"
+    return f"API server{where}: {text}{detail}"
+
+
 def describe(exc: BaseException) -> str:
-    """A one-line description: HTTP status, reason and the Status message (with causes)."""
+    """A one-line description: HTTP status, reason and the Status message (with causes);
+    for a connection failure, what failed and the API server's host:port."""
+    problem = _connection_problem(exc)
+    if problem is not None:
+        return problem
     if isinstance(exc, ApiException):
         text = f"HTTP {exc.status} {exc.reason or ''}".strip()
         try:
