@@ -194,8 +194,9 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
         f = percentile(every, 50)
         results[0].notes.append(
             f"floor in these rounds: atomic_write of 1 KiB (write, fsync, rename, dir fsync) "
-            f"{f:.2f} ms median, probed in each arm's CDI dir around its latency round; both "
-            f"drivers make 3 per prepare = {3 * f:.2f} ms")
+            f"{f:.2f} ms median, probed in each arm's CDI dir around its latency round; the Go "
+            f"driver makes 3 per prepare ({3 * f:.2f} ms), drakit 2 with the example plugin, "
+            f"whose prepare declares prepare_changes_node = False ({2 * f:.2f} ms)")
     results[0].notes.append(
         f"per-round ratios drakit / Go driver with status ({rounds} rounds, arms in rotated "
         f"order, a fresh agent per arm and round, {n} devices); the Go driver applies "

@@ -18,6 +18,7 @@ never written: the claim's file is removed instead.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -210,6 +211,9 @@ class SpecStore:
             self._pending[token] = (path.name, names)
         try:
             written = atomic_write(path, data, mode=0o644)
+        except OSError as exc:
+            raise OSError(exc.errno, f"writing CDI spec {path}: "
+                                     f"{exc.strerror or exc}") from exc
         finally:
             with self._lock:
                 del self._pending[token]
@@ -229,6 +233,9 @@ class SpecStore:
 
         Raises ``OSError`` naming the directory.
         """
+        if self.root_dir.exists() and not self.root_dir.is_dir():
+            raise NotADirectoryError(
+                errno.ENOTDIR, f"CDI spec directory {self.root_dir} is not a directory")
         try:
             self._ensure_dir()
             fd, tmp = tempfile.mkstemp(dir=self.root_dir, prefix=".drakit-probe.", suffix=".tmp")

@@ -79,8 +79,13 @@ def discovery_plugins(s: Settings) -> list[DiscoveryPlugin]:
 def _private_dir(path: Path) -> None:
     """Create the plugin data dir (DRA socket, checkpoint) with mode 0750, and take group
     write and all "other" access away from an existing one (a hostPath DirectoryOrCreate is
-    made 0755): only root, and the kubelet as root, may enter it."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o750)
+    made 0755): only root, and the kubelet as root, may enter it. Raises ``OSError`` naming
+    the flag it comes from."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o750)
+    except OSError as e:
+        raise OSError(e.errno, f"--kubelet-plugins-directory-path: cannot create directory "
+                               f"{path}: {e.strerror or e}") from e
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o027:
         os.chmod(path, mode & ~0o027)
@@ -226,7 +231,10 @@ class App:
             raise
 
     def _start(self) -> None:
-        self.specs.ensure_ready()
+        try:
+            self.specs.ensure_ready()
+        except OSError as e:
+            raise OSError(e.errno, f"--cdi-root: {e.strerror or e}") from e
         try:
             self.checkpoint.load()
         except CheckpointError as e:

@@ -225,7 +225,7 @@ class PluginServer:
         return socket_identity(path)
 
     def _start_dra(self) -> None:
-        ensure_dir(self.paths.dra.parent)
+        ensure_dir(self.paths.dra.parent, flag="--kubelet-plugins-directory-path")
         server = grpc.server(
             futures.ThreadPoolExecutor(self._max_workers,
                                        thread_name_prefix=f"drakit-dra-{self.driver_name}")
@@ -274,7 +274,8 @@ class PluginServer:
         self._dra_identity = None
 
     def _start_registration(self) -> None:
-        ensure_dir(self.paths.registration.parent)
+        ensure_dir(self.paths.registration.parent,
+                   flag="--kubelet-registrar-directory-path")
         server = grpc.server(
             futures.ThreadPoolExecutor(4, thread_name_prefix=f"drakit-reg-{self.driver_name}")
         )

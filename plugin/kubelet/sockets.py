@@ -181,11 +181,17 @@ class SocketPaths:
         )
 
 
-def ensure_dir(path: Path, mode: int = DIR_MODE) -> None:
-    """Create ``path`` (and parents) with ``mode`` if missing; existing dirs are left as is."""
+def ensure_dir(path: Path, mode: int = DIR_MODE, flag: str = "") -> None:
+    """Create ``path`` (and parents) with ``mode`` if missing; existing dirs are left as is.
+    Raises ``OSError`` naming ``flag`` (the setting the directory comes from) and the path."""
     if path.is_dir():
         return
-    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f"{flag}: " if flag else ""
+        raise OSError(exc.errno, f"{where}cannot create directory {path}: "
+                                 f"{exc.strerror or exc}") from exc
     # mkdir applies the umask; set the intended mode on the directory we created.
     with contextlib.suppress(OSError):
         os.chmod(path, mode)

@@ -109,3 +109,21 @@ def test_ipv6_endpoint_parses() -> None:
 
     assert parse_endpoint("[::1]:8080") == ("::1", 8080)
     assert parse_endpoint(":9") == ("0.0.0.0", 9)
+
+
+@pytest.mark.parametrize("setting,match", [
+    ("cdi_root", r"--cdi-root: CDI spec directory .*afile is not a directory"),
+    ("plugins_dir", r"--kubelet-plugins-directory-path: cannot create directory .*afile/sub"),
+])
+def test_unusable_directories_are_named_by_their_flag(tmp_path: Path, setting: str,
+                                                      match: str) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    where = afile if setting == "cdi_root" else afile / "sub"
+    h = DriverHarness(tmp_path / "h", settings={setting: where})
+    try:
+        h.apiserver.start()
+        with pytest.raises(OSError, match=match):
+            h._start_inprocess()
+    finally:
+        h.stop()

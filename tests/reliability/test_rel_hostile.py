@@ -324,6 +324,29 @@ def test_unprepare_fails_while_the_cdi_dir_is_immutable(bench: Bench) -> None:
     report("4-immutable-cdi", unprepare_answer_s=round(took, 2))
 
 
+def test_a_failed_cdi_write_names_the_spec_file(bench: Bench) -> None:
+    """The CDI dir re-mounted read-only while a claim is prepared: the claim's error names
+    the spec file it could not write (not a bare OSError), and nothing is left recorded."""
+    b = bench
+    claim = b.claim("rofail", "d7")
+    cdi = str(b.h.cdi_dir.resolve())
+    if subprocess.run(["mount", "--bind", cdi, cdi], capture_output=True).returncode:
+        pytest.skip("bind mounts are not possible here (needs CAP_SYS_ADMIN)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", cdi],
+                          capture_output=True).returncode:
+            pytest.skip("a read-only remount is not possible here")
+        err = b.h.prepare(claim)[uid(claim)].error
+    finally:
+        subprocess.run(["umount", cdi], capture_output=True)
+    spec = err.split("writing CDI spec ", 1)[-1].split(":", 1)[0]
+    assert spec.endswith(f"{uid(claim)}.json") and "/cdi/" in spec, err
+    assert "Read-only file system" in err
+    assert uid(claim) not in b.h.app.checkpoint.claims()
+    assert b.h.prepare(claim)[uid(claim)].error == ""
+    assert b.h.unprepare(claim) == {uid(claim): ""}
+
+
 def test_unprepare_fails_while_the_cdi_dir_is_read_only(bench: Bench) -> None:
     """The CDI dir re-mounted read-only (a bind mount, EROFS): same as immutable."""
     b = bench
