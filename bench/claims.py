@@ -240,16 +240,18 @@ def _floor_notes(p50: Result, floor: Result, grpc_floor: Result | None = None,
     p = p50.summary
     if f is None or p is None:
         return
-    prep_floor = 3 * f.median
+    # The bench's example plugin declares a prepare that changes nothing on the node
+    # (prepare_changes_node = False): no PrepareStarted write (plugin/prepare.py)
+    prep_floor = 2 * f.median
     floor.notes.append(
-        f"a prepare makes 3 atomic writes (checkpoint PrepareStarted, CDI spec, checkpoint "
-        f"PrepareCompleted: 6 fsyncs) = {prep_floor:.2f} ms at the median floor "
-        f"({3 * f.p90:.2f} ms at p90); an unprepare 1 atomic write + 1 unlink with a "
-        f"directory fsync")
+        f"a prepare makes 2 atomic writes (CDI spec, checkpoint PrepareCompleted: 4 fsyncs; "
+        f"a plugin whose prepare changes the node adds PrepareStarted) = {prep_floor:.2f} ms "
+        f"at the median floor ({2 * f.p90:.2f} ms at p90); an unprepare 1 atomic write + "
+        f"1 unlink (not made durable: plugin/unprepare.py)")
     share = prep_floor / p.median if p.median else 0.0
     verdict = "dominates" if share >= 0.5 else "is a minor part of"
     p50.notes.append(f"fsync {verdict} prepare latency: {prep_floor:.2f} ms of the "
-                     f"{p.median:.2f} ms p50 ({share:.0%}) is the physical floor of 3 durable "
+                     f"{p.median:.2f} ms p50 ({share:.0%}) is the physical floor of 2 durable "
                      f"writes on this disk")
     g = grpc_floor.summary if grpc_floor else None
     c = get_floor.summary if get_floor else None
@@ -257,7 +259,7 @@ def _floor_notes(p50: Result, floor: Result, grpc_floor: Result | None = None,
         total = prep_floor + g.median + c.median
         p50.notes.append(
             f"floor of a prepare before any Python bookkeeping: gRPC round trip "
-            f"{g.median:.2f} + claim GET {c.median:.2f} + 3 durable writes {prep_floor:.2f} = "
+            f"{g.median:.2f} + claim GET {c.median:.2f} + 2 durable writes {prep_floor:.2f} = "
             f"{total:.2f} ms; the remaining {max(0.0, p.median - total):.2f} ms is agent CPU "
             f"(checkpoint, CDI spec, plugin hook, gRPC handler) and waiting for its GIL "
             f"(the background AllocatedDeviceStatus apply)")

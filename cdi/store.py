@@ -341,10 +341,18 @@ class SpecStore:
                 other_file,
             )
 
-    def remove(self, claim_uid: str) -> bool:
-        """Remove the claim's spec file durably. Returns False when there was none.
-        Raises :class:`CDINameError` for an unsafe claim UID, ``OSError`` otherwise."""
-        return remove_durably(self.path_for(claim_uid))
+    def remove(self, claim_uid: str, *, durable: bool = True) -> bool:
+        """Remove the claim's spec file; ``durable``: and fsync the directory, so the
+        removal survives a power loss. Returns False when there was none. Raises
+        :class:`CDINameError` for an unsafe claim UID, ``OSError`` otherwise."""
+        path = self.path_for(claim_uid)
+        if durable:
+            return remove_durably(path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
 
     def exists(self, claim_uid: str) -> bool:
         """True when the claim's spec file exists as a regular file. A symlink (or anything

@@ -106,3 +106,27 @@ def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverH
     assert res[uid_of(fine)].error == ""
     assert set(h.app.checkpoint.claims()) == {uid_of(fine)}
     assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(fine)})
+
+
+def test_an_unprepare_makes_the_record_durable_not_the_spec_removal(
+        harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two fsyncs per unprepare (the checkpoint file and its directory), none for the CDI
+    spec's unlink: a spec back after a power loss has no record and is swept at start-up
+    (test_contract_kill covers the sweep)."""
+    import os
+
+    h = harness_factory(plugins=[NoHookPlugin()])
+    claim = h.allocate("c", [(POOL, "d0")])
+    assert h.prepare(claim)[uid_of(claim)].error == ""
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    assert h.unprepare(claim) == {uid_of(claim): ""}
+    monkeypatch.setattr(os, "fsync", real)
+    assert h.cdi_files() == []
+    assert len(calls) == 2, calls
