@@ -22,6 +22,8 @@ status.
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -175,6 +177,28 @@ def _results(samples: Samples, figures: Sequence[str], rounds: int) -> list[Resu
     return out
 
 
+#: What ``drakit run`` imports from other projects; their resident memory is the floor of
+#: the agent's RSS before anything of drakit is loaded.
+LIBRARIES = ("grpc", "grpc_health.v1.health", "kubernetes.client", "kubernetes.config",
+             "pydantic", "prometheus_client", "yaml")
+
+
+def library_rss_floor_mb() -> float:
+    """VmRSS (MiB) of the agent's interpreter with only :data:`LIBRARIES` imported."""
+    code = f"import {', '.join(LIBRARIES)}, sys; print('ready', flush=True); sys.stdin.read()"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the library import probe did not start")
+        time.sleep(0.5)
+        return rss_mb(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 def run_vsgo(cfg: BenchConfig) -> list[Result]:
     binary, reason = ensure_go_driver()
     if binary is None:
@@ -197,6 +221,16 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
             f"{f:.2f} ms median, probed in each arm's CDI dir around its latency round; the Go "
             f"driver makes 3 per prepare ({3 * f:.2f} ms), drakit 2 with the example plugin, "
             f"whose prepare declares prepare_changes_node = False ({2 * f:.2f} ms)")
+    rss = next(r for r in results if r.name == "vsgo_rss_idle")
+    go_idle = rss.extra.get("go_status") or []
+    floor_mb = library_rss_floor_mb()
+    rss.extra["library_floor_mb"] = round(floor_mb, 1)
+    if go_idle:
+        go_mb = percentile(go_idle, 50)
+        rss.notes.append(
+            f"floor in this run: the interpreter with only drakit's libraries imported "
+            f"({', '.join(LIBRARIES)}) is at {floor_mb:.1f} MB = {floor_mb / go_mb:.2f}x the Go "
+            f"driver's idle {go_mb:.1f} MB, before any of drakit's own code or state")
     results[0].notes.append(
         f"per-round ratios drakit / Go driver with status ({rounds} rounds, arms in rotated "
         f"order, a fresh agent per arm and round, {n} devices); the Go driver applies "
