@@ -9,6 +9,7 @@ written to ``$DRAKIT_HOSTILE_REPORT`` (JSON lines) when that is set.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -324,21 +325,29 @@ def test_unprepare_fails_while_the_cdi_dir_is_immutable(bench: Bench) -> None:
     report("4-immutable-cdi", unprepare_answer_s=round(took, 2))
 
 
+@contextlib.contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """``directory`` bind-mounted onto itself read-only (EROFS) for the ``with`` block;
+    skips where bind mounts are not possible (needs CAP_SYS_ADMIN)."""
+    path = str(directory.resolve())
+    if subprocess.run(["mount", "--bind", path, path], capture_output=True).returncode:
+        pytest.skip("bind mounts are not possible here (needs CAP_SYS_ADMIN)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", path],
+                          capture_output=True).returncode:
+            pytest.skip("a read-only remount is not possible here")
+        yield
+    finally:
+        subprocess.run(["umount", path], capture_output=True)
+
+
 def test_a_failed_cdi_write_names_the_spec_file(bench: Bench) -> None:
     """The CDI dir re-mounted read-only while a claim is prepared: the claim's error names
     the spec file it could not write (not a bare OSError), and nothing is left recorded."""
     b = bench
     claim = b.claim("rofail", "d7")
-    cdi = str(b.h.cdi_dir.resolve())
-    if subprocess.run(["mount", "--bind", cdi, cdi], capture_output=True).returncode:
-        pytest.skip("bind mounts are not possible here (needs CAP_SYS_ADMIN)")
-    try:
-        if subprocess.run(["mount", "-o", "remount,bind,ro", cdi],
-                          capture_output=True).returncode:
-            pytest.skip("a read-only remount is not possible here")
+    with read_only(b.h.cdi_dir):
         err = b.h.prepare(claim)[uid(claim)].error
-    finally:
-        subprocess.run(["umount", cdi], capture_output=True)
     spec = err.split("writing CDI spec ", 1)[-1].split(":", 1)[0]
     assert spec.endswith(f"{uid(claim)}.json") and "/cdi/" in spec, err
     assert "Read-only file system" in err
@@ -352,18 +361,10 @@ def test_unprepare_fails_while_the_cdi_dir_is_read_only(bench: Bench) -> None:
     b = bench
     claim = b.claim("ro", "d6")
     assert b.h.prepare(claim)[uid(claim)].error == ""
-    cdi = str(b.h.cdi_dir.resolve())
-    if subprocess.run(["mount", "--bind", cdi, cdi], capture_output=True).returncode:
-        pytest.skip("bind mounts are not possible here (needs CAP_SYS_ADMIN)")
-    try:
-        if subprocess.run(["mount", "-o", "remount,bind,ro", cdi],
-                          capture_output=True).returncode:
-            pytest.skip("a read-only remount is not possible here")
+    with read_only(b.h.cdi_dir):
         res = b.h.unprepare(claim)
         assert "Read-only file system" in res[uid(claim)], res
         assert uid(claim) in b.h.app.checkpoint.claims()
-    finally:
-        subprocess.run(["umount", cdi], capture_output=True)
     assert b.h.unprepare(claim) == {uid(claim): ""}
     assert not b.h.cdi_files()
 
