@@ -10,13 +10,13 @@ idempotent, and the spec is removed). A hook that returns no container edits get
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from drakit.cdi.spec import ContainerEdits
 from drakit.cdi.spec import Device as CDIDevice
-from drakit.discovery.plugin import ClaimRef, UnprepareRequest, env_name
+from drakit.discovery.plugin import ClaimRef, PreparedDevice, UnprepareRequest, env_name
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.claimplan import Plan
 from drakit.plugin.inventory import Inventory
@@ -104,17 +104,27 @@ class ClaimDevices:
         self.specs = specs
         self.crash = crash
 
-    def prepare(self, plan: Plan, started: ClaimRecord, now: float) -> ClaimRecord:
-        """Run every device's prepare hook, write the claim's CDI spec; return the
-        ``PrepareCompleted`` record (from ``started``, stamped ``now``). On any error the
-        claim is undone (see the module docstring) and the error raised."""
+    def compute(self, plan: Plan) -> list[PreparedDevice]:
+        """Every device's prepare hook output, for a claim whose plugins declare that their
+        ``prepare`` changes nothing on the node (:func:`without_prepare_hook`): run before
+        admission, outside the checkpoint's file lock, so a slow vendor hook never holds
+        it. Raises what a hook raised."""
+        return [run_hook(it.plugin.prepare, it.request) for it in plan.items]
+
+    def prepare(self, plan: Plan, started: ClaimRecord, now: float,
+                outputs: Sequence[PreparedDevice] | None = None) -> ClaimRecord:
+        """Run every device's prepare hook (or take ``outputs``, from :meth:`compute`),
+        write the claim's CDI spec; return the ``PrepareCompleted`` record (from
+        ``started``, stamped ``now``). On any error the claim is undone (see the module
+        docstring) and the error raised."""
         devices: list[PreparedDeviceRecord] = []
         cdi: list[CDIDevice] = []
         try:
-            for it in plan.items:
+            for i, it in enumerate(plan.items):
                 # Listed before the hook runs: a hook that fails half-way is undone too.
                 devices.append(it.record)
-                out = run_hook(it.plugin.prepare, it.request)
+                out = outputs[i] if outputs is not None else run_hook(it.plugin.prepare,
+                                                                     it.request)
                 self.crash("after-driver-hook")
                 edits = out.edits
                 if edits.is_empty():

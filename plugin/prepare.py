@@ -19,9 +19,10 @@ Claims without a prepare hook that changes the node (every device's plugin keeps
 :meth:`drakit.discovery.plugin.DiscoveryPlugin.prepare`'s default or declares
 ``prepare_changes_node = False``: :func:`drakit.plugin.claimdevices.without_prepare_hook`)
 skip the
-``PrepareStarted`` write: inside the admission write, still under the file lock, their CDI
-spec is written and they are recorded ``PrepareCompleted`` at once (one checkpoint write
-per call instead of two). What a crash can leave of them is a CDI spec without a record,
+``PrepareStarted`` write: their hooks run first, outside the file lock (they change nothing,
+so a claim admission then refuses has left nothing behind, and a slow vendor hook never holds
+the lock); inside the admission write, under the lock, their CDI spec is written and they
+are recorded ``PrepareCompleted`` at once (one checkpoint write per call instead of two). What a crash can leave of them is a CDI spec without a record,
 which is what ``PrepareStarted`` would have been rolled back to anyway; the orphan-spec
 sweep (start-up and every orphan pass, under the same file lock, so it never meets a spec
 being written) removes it, and the kubelet's retry prepares the claim afresh. A failed
@@ -39,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
-from drakit.discovery.plugin import ClaimRef
+from drakit.discovery.plugin import ClaimRef, PreparedDevice
 from drakit.plugin.admission import Admission, admit, drop_started, record
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError, CheckpointState, ClaimRecord
 from drakit.plugin.claimdevices import (
@@ -194,20 +195,23 @@ class Prepare:
         return plan_claim(ref, claim, self.driver_name, self.inventory)
 
     def _admit(self, state: CheckpointState, plans: list[Plan], owner: str,
-               early: dict[str, ClaimRecord], errors: dict[str, str]) -> Admission:
-        """The checkpoint change of admission: decide; prepare the admitted claims without
-        a prepare hook (``early``: their started records; ``errors``: those that failed);
-        record the others ``PrepareStarted`` and those ``PrepareCompleted``."""
+               pure: dict[str, list[PreparedDevice]], early: dict[str, ClaimRecord],
+               errors: dict[str, str]) -> Admission:
+        """The checkpoint change of admission: decide; write the CDI specs of the admitted
+        claims without a prepare hook that changes the node (``pure``: their hooks' outputs,
+        computed before the lock; ``early``: their started records; ``errors``: those that
+        failed); record the others ``PrepareStarted`` and those ``PrepareCompleted``."""
         got = admit(state.claims, state.unprepared, plans, owner,
                     self.checkpoint.owner_alive, time.time())
         for p in plans:
             started = got.started.get(p.ref.uid)
-            if started is None or not without_prepare_hook(p):
+            if started is None or p.ref.uid not in pure:
                 continue
             del got.started[p.ref.uid]
             early[p.ref.uid] = started
             try:
-                got.prepared[p.ref.uid] = self.devices.prepare(p, started, time.time())
+                got.prepared[p.ref.uid] = self.devices.prepare(
+                    p, started, time.time(), outputs=pure[p.ref.uid])
             except Exception as e:
                 errors[p.ref.uid] = _failure(p, e)
         record(state, got)
@@ -216,10 +220,22 @@ class Prepare:
     def _run_plans(self, plans: list[Plan]) -> dict[str, PrepareResult]:
         early: dict[str, ClaimRecord] = {}
         errors: dict[str, str] = {}
+        pure: dict[str, list[PreparedDevice]] = {}
+        for p in plans:  # hooks that change nothing on the node run before the lock
+            if without_prepare_hook(p):
+                try:
+                    pure[p.ref.uid] = self.devices.compute(p)
+                except Exception as e:
+                    errors[p.ref.uid] = _failure(p, e)
+        plans = [p for p in plans if p.ref.uid not in errors]
+        if not plans:
+            for uid, msg in errors.items():
+                log.warning("prepare failed: %s", msg, extra={"claim_uid": uid})
+            return {uid: PrepareResult(error=msg) for uid, msg in errors.items()}
         try:
             owner = self.checkpoint.owner
             adm = self.checkpoint.update_state(
-                lambda s: self._admit(s, plans, owner, early, errors))
+                lambda s: self._admit(s, plans, owner, pure, early, errors))
         except CheckpointError as e:
             msg = checkpoint_failed(self.events, e)
             self._undo_unrecorded(early)

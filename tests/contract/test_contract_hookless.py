@@ -130,3 +130,38 @@ def test_an_unprepare_makes_the_record_durable_not_the_spec_removal(
     monkeypatch.setattr(os, "fsync", real)
     assert h.cdi_files() == []
     assert len(calls) == 2, calls
+
+
+def test_a_declared_pure_prepare_runs_outside_the_checkpoint_lock(
+        harness_factory: Callable[..., DriverHarness]) -> None:
+    """A vendor's prepare that declares prepare_changes_node = False runs before admission,
+    not under the checkpoint's file lock: a slow hook never holds up other claims' writes."""
+    import fcntl
+    import os
+
+    seen: list[bool] = []
+    lock_path: list[str] = []
+
+    class Probing(DeclaredPlugin):
+        name: ClassVar[str] = "probing"
+
+        def prepare(self, request: Any) -> Any:
+            fd = os.open(lock_path[0], os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                seen.append(True)
+            except BlockingIOError:
+                seen.append(False)
+            finally:
+                os.close(fd)
+            return super().prepare(request)
+
+    h = harness_factory(plugins=[Probing()])
+    lock_path.append(str(h.app.checkpoint.lock_path))
+    claim = h.allocate("c", [(POOL, "d0")])
+    before = h.app.checkpoint.writes
+    assert h.prepare(claim)[uid_of(claim)].error == ""
+    assert seen == [True]
+    assert h.app.checkpoint.writes - before == 1
+    assert h.unprepare(claim) == {uid_of(claim): ""}
