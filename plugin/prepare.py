@@ -18,16 +18,15 @@ completed record always has its spec.
 Claims without a prepare hook that changes the node (every device's plugin keeps
 :meth:`drakit.discovery.plugin.DiscoveryPlugin.prepare`'s default or declares
 ``prepare_changes_node = False``: :func:`drakit.plugin.claimdevices.without_prepare_hook`)
-skip the
-``PrepareStarted`` write: their hooks run first, outside the file lock (they change nothing,
-so a claim admission then refuses has left nothing behind, and a slow vendor hook never holds
-the lock); inside the admission write, under the lock, their CDI spec is written and they
-are recorded ``PrepareCompleted`` at once (one checkpoint write per call instead of two). What a crash can leave of them is a CDI spec without a record,
-which is what ``PrepareStarted`` would have been rolled back to anyway; the orphan-spec
-sweep (start-up and every orphan pass, under the same file lock, so it never meets a spec
-being written) removes it, and the kubelet's retry prepares the claim afresh. A failed
-admission write removes their specs again (under the lock, only while no record names the
-claim).
+skip the ``PrepareStarted`` write: their hooks run first, outside the file lock (they change
+nothing, so a claim admission then refuses has left nothing behind, and a slow vendor hook
+never holds the lock); inside the admission write, under the lock, their CDI spec is written
+and they are recorded ``PrepareCompleted`` at once (one checkpoint write per call instead of
+two). What a crash can leave of them is a CDI spec without a record, which is what
+``PrepareStarted`` would have been rolled back to anyway; the orphan-spec sweep (start-up and
+every orphan pass, under the same file lock, so it never meets a spec being written) removes
+it, and the kubelet's retry prepares the claim afresh. A failed admission write removes their
+specs again (under the lock, only while no record names the claim).
 """
 
 from __future__ import annotations
