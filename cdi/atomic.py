@@ -69,12 +69,15 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(dfd)
 
 
-def remove_durably(path: str | os.PathLike[str]) -> bool:
-    """Unlink ``path`` and fsync its directory. Returns False when it did not exist."""
+def remove_durably(path: str | os.PathLike[str], *, sync_dir: bool = True) -> bool:
+    """Unlink ``path`` and fsync its directory (``sync_dir=False``: unlink only, for a
+    caller that repairs a removal lost to a power loss). Returns False when it did not
+    exist."""
     target = os.fspath(path)
     try:
         os.unlink(target)
     except FileNotFoundError:
         return False
-    fsync_dir(os.path.dirname(target) or ".")
+    if sync_dir:
+        fsync_dir(os.path.dirname(target) or ".")
     return True

@@ -345,14 +345,7 @@ class SpecStore:
         """Remove the claim's spec file; ``durable``: and fsync the directory, so the
         removal survives a power loss. Returns False when there was none. Raises
         :class:`CDINameError` for an unsafe claim UID, ``OSError`` otherwise."""
-        path = self.path_for(claim_uid)
-        if durable:
-            return remove_durably(path)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        return True
+        return remove_durably(self.path_for(claim_uid), sync_dir=durable)
 
     def exists(self, claim_uid: str) -> bool:
         """True when the claim's spec file exists as a regular file. A symlink (or anything
