@@ -25,6 +25,7 @@ from drakit.plugin.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.config import Settings
 from drakit.plugin.inventory import Inventory
 from drakit.plugin.kubelet.server import PluginServer
+from drakit.plugin.kubelet.sockets import ensure_dir
 from drakit.plugin.metrics import MetricEvents, Metrics
 from drakit.plugin.node import NodeLogic
 from drakit.plugin.orphans import NodePods, OrphanSweeper
@@ -81,11 +82,7 @@ def _private_dir(path: Path) -> None:
     write and all "other" access away from an existing one (a hostPath DirectoryOrCreate is
     made 0755): only root, and the kubelet as root, may enter it. Raises ``OSError`` naming
     the flag it comes from."""
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o750)
-    except OSError as e:
-        raise OSError(e.errno, f"--kubelet-plugins-directory-path: cannot create directory "
-                               f"{path}: {e.strerror or e}") from e
+    ensure_dir(path, mode=0o750, flag="--kubelet-plugins-directory-path")
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o027:
         os.chmod(path, mode & ~0o027)
