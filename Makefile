@@ -59,4 +59,4 @@ bench-scale: install
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-floor .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floor .venv-bench .pytest_cache .mypy_cache .ruff_cache

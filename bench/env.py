@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.runtime import runtime_python
 from drakit.cdi.atomic import atomic_write
 from drakit.plugin.config import Settings
 from drakit.plugin.testing.fake_kubelet import FakeKubelet
@@ -58,7 +58,7 @@ def byte_compile_drakit() -> None:
     import drakit
 
     root = Path(next(iter(drakit.__path__)))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root),
+    subprocess.run([runtime_python()[0], "-m", "compileall", "-q", str(root),
                     *(str(p) for p in sorted(root.iterdir()) if p.is_symlink())],
                    check=True, timeout=120)
 
@@ -78,8 +78,9 @@ def agent(
     extra_args: Sequence[str] = (),
     wait: float = 60.0,
 ) -> Iterator[DriverHarness]:
-    """A started harness with ``drakit run`` as a child; stopped (SIGTERM, then SIGKILL)
-    and its directory removed on exit. Logs go to ``<root>/drakit.log``."""
+    """A started harness with ``drakit run`` as a child on the runtime venv's interpreter
+    (:mod:`bench.runtime`); stopped (SIGTERM, then SIGKILL) and its directory removed on
+    exit. Logs go to ``<root>/drakit.log``."""
     root = cfg.tempdir(prefix)
     # The harness resyncs every 5 s (for tests); the bench measures the agent at its default
     # period. ``extra_args`` come later and win.
@@ -88,6 +89,7 @@ def agent(
                       plugin_options=plugin_options, subprocess=True,
                       extra_args=["--resync-seconds", resync, *extra_args])
     h.kubelet = FakeKubelet(h.registrar_dir, "1.34", poll_interval=KUBELET_POLL)
+    h.agent_command = [runtime_python()[0], "-m", "drakit.plugin.cli"]
     try:
         try:
             h.start(wait=wait)

@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.env import BenchConfig, byte_compile_drakit
 from bench.figures import SPECS, Result, fmt
+from bench.runtime import runtime_python
 
 log = logging.getLogger("bench")
 
@@ -168,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\ndrakit vs the Go reference driver (bench/go; median and range over rounds):\n")
         print(versus)
     notes = [f"{r.name}: {n}" for r in ordered for n in r.notes]
+    if runtime_python()[1]:
+        notes.insert(0, f"agents: {runtime_python()[1]}")
     if notes:
         print("\nnotes:")
         for n in notes:
@@ -177,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": round(time.monotonic() - started, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "kernel": platform.release()},
+        "agent_python": {"path": runtime_python()[0], "note": runtime_python()[1]},
         "figures": [r.to_json() for r in ordered],
     }
     out = Path(args.out)

@@ -2,17 +2,20 @@
 
 Three arms, each a fresh agent per round behind its own fake kubelet and embedded API server
 (all in this process, as in the claims group): ``drakit`` (``drakit run``, example
-discoverer with 1,000 generated devices), ``go_status`` (the Go driver on
-``k8s.io/dynamic-resource-allocation`` v0.37.2 applying AllocatedDeviceStatus in prepare and
-unprepare) and ``go`` (the same without status). Arms run one after the other within a
-round, in an order rotated every round, so a slow moment of the shared machine hits every arm.
+discoverer with 1,000 generated devices, on the runtime venv of :mod:`bench.runtime`),
+``go_status`` (the Go driver on ``k8s.io/dynamic-resource-allocation`` v0.37.2 applying
+AllocatedDeviceStatus in prepare and unprepare) and ``go`` (the same without status). The
+three run side by side within a round and take turns, in an order rotated every round.
 
 Per round and arm: RSS idle (1,000 devices published, no claim, 1 s after the publish);
-300 sequential prepare → unprepare pairs (1 claim x 1 device) after 30 warm-up pairs:
-prepare p50 / p99, unprepare p50 / p99 at the fake kubelet and the agent's CPU per pair
-(counted until its status writes stopped); one throughput burst (256 claims, 16 callers);
-RSS with 1,000 claims prepared. Cold publish: per round a fresh drakit and a fresh Go agent
-with 10,000 devices, from spawn until every device is in a ResourceSlice.
+300 sequential prepare → unprepare pairs (1 claim x 1 device) after 30 warm-up pairs, in
+:data:`LATENCY_BLOCKS` blocks of :data:`PAIRS_PER_BLOCK`: each block runs every arm once
+(order rotated per block), so the arms' latencies are measured seconds apart and a slow
+minute of the 2 shared cores hits all of them: prepare p50 / p99, unprepare p50 / p99 at the
+fake kubelet and the agent's CPU per pair (counted per block until its status writes
+stopped); one throughput burst (256 claims, 16 callers); RSS with 1,000 claims prepared.
+Cold publish: per round a fresh drakit and a fresh Go agent with 10,000 devices, from spawn
+until every device is in a ResourceSlice.
 
 Each ``vsgo_*`` figure's samples are the per-round ratios drakit / Go-with-status (its goal
 from issue 18); ``extra`` keeps every arm's per-round values and the ratios to Go without
@@ -23,13 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.claims import CALLERS, ClaimBench, _fan_out, latency_ms, throughput
+from bench.claims import CALLERS, ClaimBench, ClaimRef, _fan_out, latency_ms, throughput
 from bench.env import (
     BenchConfig,
     agent,
@@ -41,10 +43,14 @@ from bench.env import (
 )
 from bench.figures import SPECS, Result, fmt
 from bench.godriver import ensure_go_driver, go_agent
+from bench.runtime import runtime_python
 from bench.stats import percentile, summarize
 
 ARMS = ("drakit", "go_status", "go")
 ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no status)"}
+#: Latency blocks per round and arm, and the prepare → unprepare pairs in each block.
+LATENCY_BLOCKS = 6
+PAIRS_PER_BLOCK = 50
 
 #: figure → unit of the arms' values (the figure itself is a ratio)
 FIGURES: dict[str, str] = {
@@ -123,27 +129,39 @@ def _arm(cfg: BenchConfig, name: str, binary: Path | None, n: int) -> Iterator[A
                   cdi_dir=g.cdi_dir)
 
 
-def _round(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
-    bench, pid = arm.bench, arm.pid
-    time.sleep(1.0)
-    out.add("vsgo_rss_idle", name, percentile([rss_mb(pid) for _ in range(3)], 50))
-    latency_ms(bench, bench.claims(f"warm{r}", [arm.devices[0]] * cfg.scale(30, 3)))
-    _settle_status(bench)
-    calls = cfg.scale(300, 10)
-    claims = bench.claims(f"lat{r}", [arm.devices[0]] * calls)
-    floor = fsync_floor_ms(arm.cdi_dir, cfg.scale(10, 2))
-    c0 = cpu_seconds(pid)
-    prep, unprep = latency_ms(bench, claims)
-    _settle_status(bench)
-    floor += fsync_floor_ms(arm.cdi_dir, cfg.scale(10, 2))
-    out.add("fsync_floor", name, percentile(floor, 50))
-    out.add("vsgo_claim_cpu", name, (cpu_seconds(pid) - c0) / calls * 1000)
-    out.add("vsgo_prepare_p50", name, percentile(prep, 50))
-    out.add("vsgo_prepare_p99", name, percentile(prep, 99))
-    out.add("vsgo_unprepare_p50", name, percentile(unprep, 50))
-    out.add("vsgo_unprepare_p99", name, percentile(unprep, 99))
+def _idle_and_warm(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
+    out.add("vsgo_rss_idle", name, percentile([rss_mb(arm.pid) for _ in range(3)], 50))
+    latency_ms(arm.bench, arm.bench.claims(f"warm{r}", [arm.devices[0]] * cfg.scale(30, 3)))
+    _settle_status(arm.bench)
+
+
+@dataclass
+class _Latency:
+    """One arm's latency samples of a round, gathered over its blocks."""
+
+    prep: list[float] = field(default_factory=list)
+    unprep: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+    calls: int = 0
+
+
+def _latency_block(arm: Arm, claims: Sequence[ClaimRef], acc: _Latency) -> None:
+    """Sequential prepare → unprepare pairs; the agent's CPU is counted until its status
+    writes stopped."""
+    c0 = cpu_seconds(arm.pid)
+    prep, unprep = latency_ms(arm.bench, claims)
+    _settle_status(arm.bench)
+    acc.cpu += cpu_seconds(arm.pid) - c0
+    acc.prep += prep
+    acc.unprep += unprep
+    acc.calls += len(claims)
+
+
+def _loaded(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
+    """The throughput burst, then RSS with one claim prepared per device."""
+    bench = arm.bench
     n_tp = cfg.scale(256, 32)
-    tp = throughput(bench, bench.claims(f"tp{r}", arm.devices[:n_tp]), pid=pid,
+    tp = throughput(bench, bench.claims(f"tp{r}", arm.devices[:n_tp]), pid=arm.pid,
                     expect_status=arm.writes_status)
     out.add("vsgo_throughput", name, tp.rate)
     _settle_status(bench)
@@ -154,7 +172,38 @@ def _round(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
         _wait(lambda: _status_writes(bench) - before >= len(loaded), 120,
               "AllocatedDeviceStatus of every loaded claim")
     time.sleep(0.5)
-    out.add("vsgo_rss_loaded", name, percentile([rss_mb(pid) for _ in range(5)], 50))
+    out.add("vsgo_rss_loaded", name, percentile([rss_mb(arm.pid) for _ in range(5)], 50))
+
+
+def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None:
+    """One round with every arm running: idle RSS and warm-up; then the latency pairs in
+    interleaved blocks (each block runs every arm once, in an order rotated per block);
+    then per arm the throughput burst and the loaded RSS."""
+    order = list(arms)
+    time.sleep(1.0)
+    for name in order:
+        _idle_and_warm(cfg, arms[name], name, r, out)
+    blocks, per_block = cfg.scale(LATENCY_BLOCKS, 2), cfg.scale(PAIRS_PER_BLOCK, 5)
+    acc = {name: _Latency() for name in order}
+    floor: dict[str, list[float]] = {name: [] for name in order}
+    for name in order:
+        floor[name] += fsync_floor_ms(arms[name].cdi_dir, cfg.scale(10, 2))
+    for b in range(blocks):
+        for name in order[b % len(order):] + order[:b % len(order)]:
+            arm = arms[name]
+            _latency_block(arm, arm.bench.claims(f"lat{r}.{b}", [arm.devices[0]] * per_block),
+                           acc[name])
+    for name in order:
+        floor[name] += fsync_floor_ms(arms[name].cdi_dir, cfg.scale(10, 2))
+        a = acc[name]
+        out.add("fsync_floor", name, percentile(floor[name], 50))
+        out.add("vsgo_claim_cpu", name, a.cpu / a.calls * 1000)
+        out.add("vsgo_prepare_p50", name, percentile(a.prep, 50))
+        out.add("vsgo_prepare_p99", name, percentile(a.prep, 99))
+        out.add("vsgo_unprepare_p50", name, percentile(a.unprep, 50))
+        out.add("vsgo_unprepare_p99", name, percentile(a.unprep, 99))
+    for name in order:
+        _loaded(cfg, arms[name], name, r, out)
 
 
 def _order(r: int) -> list[str]:
@@ -183,10 +232,11 @@ LIBRARIES = ("grpc", "grpc_health.v1.health", "kubernetes.client", "kubernetes.c
              "pydantic", "prometheus_client", "yaml")
 
 
-def library_rss_floor_mb() -> float:
-    """VmRSS (MiB) of the agent's interpreter with only :data:`LIBRARIES` imported."""
-    code = f"import {', '.join(LIBRARIES)}, sys; print('ready', flush=True); sys.stdin.read()"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+def library_rss_floor_mb(libraries: Sequence[str] = LIBRARIES) -> float:
+    """VmRSS (MiB) of the agent's interpreter (:mod:`bench.runtime`) with only
+    ``libraries`` imported."""
+    code = f"import {', '.join(libraries)}, sys; print('ready', flush=True); sys.stdin.read()"
+    proc = subprocess.Popen([runtime_python()[0], "-c", code], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -207,9 +257,10 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
     rounds = cfg.scale(3, 1)
     samples = Samples()
     for r in range(rounds):
-        for name in _order(r):
-            with _arm(cfg, name, binary, n) as arm:
-                _round(cfg, arm, name, r, samples)
+        with contextlib.ExitStack() as stack:
+            arms = {name: stack.enter_context(_arm(cfg, name, binary, n))
+                    for name in _order(r)}
+            _round(cfg, arms, r, samples)
     results = _results(samples, list(FIGURES), rounds)
     floors = samples.values.get("fsync_floor", {})
     results[0].extra["fsync_floor_ms"] = {a: [round(x, 3) for x in v] for a, v in floors.items()}
@@ -224,13 +275,18 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
     rss = next(r for r in results if r.name == "vsgo_rss_idle")
     go_idle = rss.extra.get("go_status") or []
     floor_mb = library_rss_floor_mb()
+    without_kubernetes = library_rss_floor_mb(
+        [m for m in LIBRARIES if not m.startswith("kubernetes")])
     rss.extra["library_floor_mb"] = round(floor_mb, 1)
+    rss.extra["library_floor_without_kubernetes_mb"] = round(without_kubernetes, 1)
     if go_idle:
         go_mb = percentile(go_idle, 50)
         rss.notes.append(
             f"floor in this run: the interpreter with only drakit's libraries imported "
             f"({', '.join(LIBRARIES)}) is at {floor_mb:.1f} MB = {floor_mb / go_mb:.2f}x the Go "
-            f"driver's idle {go_mb:.1f} MB, before any of drakit's own code or state")
+            f"driver's idle {go_mb:.1f} MB, before any of drakit's own code or state; "
+            f"{floor_mb - without_kubernetes:.1f} MB of it is the kubernetes client "
+            f"(`import kubernetes` loads every API and model module)")
     results[0].notes.append(
         f"per-round ratios drakit / Go driver with status ({rounds} rounds, arms in rotated "
         f"order, a fresh agent per arm and round, {n} devices); the Go driver applies "

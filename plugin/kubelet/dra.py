@@ -225,8 +225,8 @@ class DraNodeServicer:
                             _short(claim.namespace), _short(claim.name), _short(claim.uid),
                             entry.error)
         failed.close()
-        log.info("%s NodePrepareResources: %d claim(s) in %.3fs", self.version,
-                 len(response.claims), time.monotonic() - started)
+        log.debug("%s NodePrepareResources: %d claim(s) in %.3fs", self.version,
+                  len(response.claims), time.monotonic() - started)
         return response
 
     def _fill_prepare_entry(self, entry: Any, result: PrepareResult | None) -> None:
@@ -276,8 +276,8 @@ class DraNodeServicer:
                             _short(claim.namespace), _short(claim.name), _short(claim.uid),
                             entry.error)
         failed.close()
-        log.info("%s NodeUnprepareResources: %d claim(s) in %.3fs", self.version,
-                 len(response.claims), time.monotonic() - started)
+        log.debug("%s NodeUnprepareResources: %d claim(s) in %.3fs", self.version,
+                  len(response.claims), time.monotonic() - started)
         return response
 
 
