@@ -28,10 +28,16 @@ def _create_temp(directory: str, name: str) -> tuple[int, str]:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes,
-                 mode: int = 0o644) -> os.stat_result:
+                 mode: int = 0o644, *, sync_dir: bool = True) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically; the file gets permission bits ``mode``.
     Returns the new file's ``fstat`` (taken before the rename: its inode is the one now at
     ``path`` unless another writer replaced it since).
+
+    The data is always fsynced before the rename, so no reader and no power loss ever sees
+    a partial file. ``sync_dir=False`` skips the directory's fsync after the rename: after a
+    power loss the file may then be missing or hold its previous content, for a caller
+    that re-creates it from a durable record of its own (CDI specs: the start-up recovery
+    re-writes the spec of every completed claim in the checkpoint).
 
     Raises ``OSError`` when the directory is missing or not writable; the temp file is
     removed in every failure case.
@@ -56,7 +62,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes,
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    if sync_dir:
+        fsync_dir(directory)
     return result
 
 

@@ -183,8 +183,15 @@ class SpecStore:
         devices: Sequence[Device],
         spec_edits: ContainerEdits | None = None,
         annotations: dict[str, str] | None = None,
+        *,
+        durable: bool = True,
     ) -> list[str]:
         """Write (or replace) the claim's spec; returns its qualified device names in order.
+
+        The content is fsynced before the rename either way (no reader, no power loss sees a
+        partial spec); ``durable=False`` skips the fsync of the directory, for a caller that
+        re-writes a spec lost to a power loss from a durable record of its own
+        (:func:`drakit.cdi.atomic.atomic_write`).
 
         With no devices the claim's file is removed and ``[]`` returned. On any error
         nothing is written and the old file (if any) is unchanged. Raises
@@ -210,7 +217,7 @@ class SpecStore:
             # to another file is refused; the lock is not held across the fsyncs.
             self._pending[token] = (path.name, names)
         try:
-            written = atomic_write(path, data, mode=0o644)
+            written = atomic_write(path, data, mode=0o644, sync_dir=durable)
         except OSError as exc:
             raise OSError(exc.errno, f"writing CDI spec {path}: "
                                      f"{exc.strerror or exc}") from exc

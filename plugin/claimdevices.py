@@ -37,7 +37,8 @@ class SpecWriter(Protocol):
     @property
     def file_prefix(self) -> str: ...
 
-    def write(self, claim_uid: str, devices: list[CDIDevice]) -> list[str]: ...
+    def write(self, claim_uid: str, devices: list[CDIDevice], *,
+              durable: bool = True) -> list[str]: ...
     def remove(self, claim_uid: str, *, durable: bool = True) -> bool: ...
     def exists(self, claim_uid: str) -> bool: ...
     def qualified_name(self, device_name: str) -> str: ...
@@ -136,7 +137,10 @@ class ClaimDevices:
                     "status": out.status.model_dump(mode="json") if out.status else None,
                 })
                 cdi.append(CDIDevice(name=it.record.cdi_name, container_edits=edits))
-            ids = self.specs.write(plan.ref.uid, cdi)
+            # Not made durable (no directory fsync; its content is): the checkpoint record
+            # written after it is, and after a power loss the start-up recovery re-writes the
+            # spec of every completed record that lacks one (drakit.plugin.recovery).
+            ids = self.specs.write(plan.ref.uid, cdi, durable=False)
             self.crash("after-cdi-write")
         except Exception:
             self.rollback(plan.ref, devices)

@@ -13,7 +13,10 @@ entries are queued. A completed record that cannot be written rolls the call's c
 Write order and crashes: the ``PrepareStarted`` record comes before any side effect, so a
 crash leaves a record recovery rolls back (:mod:`drakit.plugin.recovery`), never a device
 prepared with no record; the CDI spec comes before the ``PrepareCompleted`` record, so a
-completed record always has its spec.
+completed record always has its spec. The spec's content is fsynced before its rename but
+its directory is not (issue #18: one fsync less per prepare): after a power loss the spec
+of a completed record may be missing (never partial), and the start-up recovery re-writes
+it from the record before the kubelet can call.
 
 Claims without a prepare hook that changes the node (every device's plugin keeps
 :meth:`drakit.discovery.plugin.DiscoveryPlugin.prepare`'s default or declares

@@ -85,10 +85,11 @@ def test_concurrent_writes_of_one_name_to_two_files(store: SpecStore,
     release = threading.Event()
     real = store_module.atomic_write
 
-    def slow(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> os.stat_result:
+    def slow(path: str | os.PathLike[str], data: bytes, mode: int = 0o644,
+             **kw: bool) -> os.stat_result:
         inside.set()
         assert release.wait(10)
-        return real(path, data, mode)
+        return real(path, data, mode, **kw)
 
     monkeypatch.setattr(store_module, "atomic_write", slow)
     errors: list[BaseException] = []

@@ -95,10 +95,10 @@ def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverH
     claim, fine = h.allocate("c", [(POOL, "d0")]), h.allocate("fine", [(POOL, "d1")])
     real = h.app.specs.write
 
-    def write(claim_uid: str, devices: list[Any]) -> list[str]:
+    def write(claim_uid: str, devices: list[Any], **kw: Any) -> list[str]:
         if claim_uid == uid_of(claim):
             raise OSError("read-only file system")
-        return real(claim_uid, devices)
+        return real(claim_uid, devices, **kw)
 
     monkeypatch.setattr(h.app.specs, "write", write)
     res = h.prepare(claim, fine)
@@ -106,6 +106,33 @@ def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverH
     assert res[uid_of(fine)].error == ""
     assert set(h.app.checkpoint.claims()) == {uid_of(fine)}
     assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(fine)})
+
+
+def test_a_prepare_makes_the_spec_content_and_the_record_durable_not_the_spec_rename(
+        harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three fsyncs per prepare: the CDI spec's content (before its rename), the checkpoint
+    file and its directory; none for the CDI directory. A spec lost with its rename to a
+    power loss is re-written from the record at start-up (test_contract_state.py,
+    test_startup_removes_unowned_specs_and_rolls_back_dead_owner)."""
+    import os
+
+    h = harness_factory(plugins=[NoHookPlugin()])
+    claim = h.allocate("c", [(POOL, "d0")])
+    synced: list[str] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    assert h.prepare(claim)[uid_of(claim)].error == ""
+    monkeypatch.setattr(os, "fsync", real)
+    cdi_dir, ck = str(h.cdi_dir.resolve()), h.checkpoint_path.resolve()
+    assert len(synced) == 3, synced
+    assert cdi_dir not in synced
+    assert str(ck.parent) in synced
+    assert sum(p.startswith(cdi_dir + "/") for p in synced) == 1  # the spec's temp file
 
 
 def test_an_unprepare_makes_the_record_durable_not_the_spec_removal(
