@@ -177,6 +177,10 @@ class DiscoveryPlugin(ABC):
     - ``config_model``: a pydantic model of the opaque configuration parameters, or None.
       Unknown fields are errors. ``config_api_version`` / ``config_kind``, when set, must
       match ``apiVersion`` / ``kind`` of the opaque object.
+    - ``config_strict``: the parameters are validated as JSON in pydantic's strict mode
+      (default True: ``true`` is not an int and ``"150"`` is not a number, as Go's
+      encoding/json decodes them; a string still fills an enum or date-time field);
+      False validates in lax mode.
     - ``prepare_changes_node``: whether :meth:`prepare` changes something on the node (a
       device configured, a file written) that a crash in the middle of a prepare must roll
       back through :meth:`unprepare`. ``None`` (default) means "when ``prepare`` is
@@ -190,6 +194,7 @@ class DiscoveryPlugin(ABC):
     config_model: ClassVar[type[BaseModel] | None] = None
     config_api_version: ClassVar[str | None] = None
     config_kind: ClassVar[str | None] = None
+    config_strict: ClassVar[bool] = True
     prepare_changes_node: ClassVar[bool | None] = None
 
     @classmethod

@@ -118,7 +118,8 @@ def plan_claim(ref: ClaimRef, claim: dict[str, Any], driver_name: str,
                 f"{alloc.pool}/{alloc.device} is not in this node's inventory")
         plugin, device = found
         config = typed_config(claim, configs, alloc.request, plugin.config_model,
-                              plugin.config_api_version, plugin.config_kind)
+                              plugin.config_api_version, plugin.config_kind,
+                              strict=plugin.config_strict)
         request = DeviceRequest(
             claim=ref, request=alloc.request, pool=alloc.pool, device=device,
             share_id=alloc.share_id, admin_access=alloc.admin_access, config=config,

@@ -6,6 +6,7 @@ versions). Field paths in errors are the API's (``status.allocation.devices.resu
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,10 +210,16 @@ def typed_config(
     model: type[BaseModel] | None,
     api_version: str | None = None,
     kind: str | None = None,
+    strict: bool = True,
 ) -> BaseModel | None:
     """Merge the configs that apply to ``request`` (later keys win) and validate them into
-    ``model`` strictly: unknown fields are errors. ``apiVersion``/``kind`` in each opaque
-    object must match ``api_version``/``kind`` when those are given.
+    ``model``: unknown fields are errors. ``apiVersion``/``kind`` in each opaque object must
+    match ``api_version``/``kind`` when those are given.
+
+    The parameters are JSON (``opaque.parameters`` is a RawExtension) and are validated as
+    JSON, in pydantic's strict mode unless ``strict`` is False: a JSON bool is not a number
+    and a string is not a number, as Go's encoding/json decodes an opaque config; a string
+    still fills an enum, date-time or UUID field.
 
     Returns None when ``model`` is None. Raises ClaimError naming the config index and field.
     """
@@ -238,7 +245,7 @@ def typed_config(
             raise ClaimError(f"{path}.{unknown[0]}: unknown field (not in {model.__name__})")
         merged.update(params)
     try:
-        return model.model_validate(merged)
+        return model.model_validate_json(json.dumps(merged), strict=strict)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])

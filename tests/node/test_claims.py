@@ -115,6 +115,17 @@ def test_wrong_type_names_field() -> None:
         typed_config(c, opaque_configs(c, DRIVER), "r", Params)
 
 
+@pytest.mark.parametrize("value", [True, "4", 4.5])
+def test_config_is_validated_as_strict_json(value: Any) -> None:
+    """A JSON bool or string is not a number (Go's encoding/json refuses both too)."""
+    c = claim([res("a")], [cfg("FromClaim", {"slices": value})])
+    with pytest.raises(ClaimError, match="slices"):
+        typed_config(c, opaque_configs(c, DRIVER), "r", Params)
+    if value != 4.5:  # lax mode (config_strict = False) coerces them
+        assert typed_config(c, opaque_configs(c, DRIVER), "r", Params,
+                            strict=False) == Params(slices=int(value))
+
+
 def test_kind_mismatch() -> None:
     c = claim([res("a")], [cfg("FromClaim", {"apiVersion": "v9", "kind": "X"})])
     with pytest.raises(ClaimError, match="apiVersion"):
