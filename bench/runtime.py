@@ -32,9 +32,12 @@ DEV_ONLY = ("kubernetes_validate", "jsonschema", "pytest")
 
 
 def _pins() -> str:
-    """``pip freeze`` of the bench's own environment, without editable installs (drakit)."""
-    return subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
-                          capture_output=True, text=True, check=True, timeout=120).stdout
+    """``pip freeze`` of the bench's own environment as constraints: without editable
+    installs (drakit) and without direct references (``name @ url``, which pip refuses as
+    constraints)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    return "".join(line + "\n" for line in out.splitlines() if " @ " not in line)
 
 
 def _build(pins: str, stamp: Path) -> None:
