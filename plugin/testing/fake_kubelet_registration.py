@@ -81,13 +81,9 @@ class KubeletRegistration:
                 if name.startswith("."):
                     continue
                 path = os.path.join(root, name)
-                try:
-                    st = os.lstat(path)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISSOCK(st.st_mode):
-                    # identity: inode + mtime (a chmod changes ctime, not mtime)
-                    found.append((path, (st.st_ino, st.st_mtime_ns, 0)))
+                ident = _socket_ident(path)
+                if ident is not None:
+                    found.append((path, ident))
         return found
 
     def _watch(self) -> None:
@@ -158,6 +154,11 @@ class KubeletRegistration:
             grpc.channel_ready_future(channel).result(timeout=self._dial_timeout)
             stub = reg_grpc.RegistrationStub(channel)
             info = stub.GetInfo(reg_pb2.InfoRequest(), timeout=GET_INFO_TIMEOUT)
+            # The socket that answered is the one at the path now: a stale socket the scan
+            # saw may have been replaced while the dial was retrying. Recording the scan's
+            # identity would make the next scan see a "re-created" socket and drop this
+            # registration (closing the DRA channel under calls in flight).
+            ident = _socket_ident(sock) or ident
             verdict, plugin = self._validate(sock, info)
             with self._cond:
                 if epoch != self._epoch or self._stop.is_set():
@@ -231,4 +232,13 @@ class KubeletRegistration:
         self.rejections.append(Rejection(sock, driver_name, reason, time.time()))
 
 
-# --- CLI -----------------------------------------------------------------------------------
+def _socket_ident(path: str) -> tuple[int, int, int] | None:
+    """A unix socket's identity: (inode, mtime ns, 0) (a chmod changes ctime, not mtime);
+    None when ``path`` is missing or not a socket."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISSOCK(st.st_mode):
+        return None
+    return (st.st_ino, st.st_mtime_ns, 0)

@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -291,6 +292,30 @@ def test_stale_sockets_of_this_instance_removed(make_server: MakeServer,
     server.start()
     fake_kubelet.wait_registered(DRIVER, T)
     assert fake_kubelet.node_prepare_resources(DRIVER, [("ns", "a", UID_A)])[UID_A].error == ""
+
+
+def test_stale_socket_replaced_during_the_kubelets_dial_is_registered_once(
+        make_server: MakeServer, fake_kubelet_factory: Callable[..., FakeKubelet]) -> None:
+    """The kubelet sees a stale registration socket and dials it (the dial retries); the
+    plugin replaces the socket and serves. The registration that succeeds is of the new
+    socket: later scans do not see a "re-created" socket and do not drop it (which closed
+    the DRA channel under a call in flight: "Channel closed!")."""
+    server = make_server()
+    _dead_socket(server.paths.registration)
+    kubelet = fake_kubelet_factory(poll_interval=0.01)
+    scans = kubelet.scans
+    deadline = time.monotonic() + T
+    while kubelet.scans < scans + 2:  # the stale socket was seen and its dial started
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    server.start()
+    kubelet.wait_registered(DRIVER, T)
+    scans = kubelet.scans
+    while kubelet.scans < scans + 20:
+        assert time.monotonic() < deadline + T
+        time.sleep(0.01)
+    assert kubelet.registration_count(DRIVER) == 1
+    assert kubelet.node_prepare_resources(DRIVER, [("ns", "a", UID_A)])[UID_A].error == ""
 
 
 def test_live_socket_of_same_identity_not_taken_over(make_server: MakeServer) -> None:
