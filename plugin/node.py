@@ -31,14 +31,7 @@ import time
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError
-from drakit.plugin.claimdevices import (
-    CRASH_POINTS,
-    ClaimDevices,
-    CrashHook,
-    SpecWriter,
-    claim_ref,
-    no_crash,
-)
+from drakit.plugin.claimdevices import CRASH_POINTS, ClaimDevices, CrashHook, SpecWriter, no_crash
 from drakit.plugin.events import Events
 from drakit.plugin.inventory import Inventory
 from drakit.plugin.names import (
@@ -233,19 +226,8 @@ class NodeLogic:
         """Start-up recovery (:meth:`drakit.plugin.recovery.Recovery.recover`): returns
         (claims rolled back, specs removed); raises CheckpointError while corrupt. The spec
         list is taken under the checkpoint lock: ``spec_claim_uids`` is ignored (kept for
-        callers of the old signature).
-
-        Then the AllocatedDeviceStatus of every prepared claim is queued again: an apply
-        still queued when the previous process ended is lost with it, and a server-side
-        apply of unchanged entries changes nothing on the server. (A withdrawal lost the
-        same way is not re-sent: the API server drops a device's entries when the claim is
-        deallocated, KEP-4817, registry/resource/resourceclaim/strategy.go.)"""
-        result = self.recovery.recover()
-        if self.status is not None:
-            for rec in self.checkpoint.claims().values():
-                if rec.phase == "PrepareCompleted":
-                    self.status.write(claim_ref(rec), rec)
-        return result
+        callers of the old signature)."""
+        return self.recovery.recover()
 
     def rollback_dead_owners(self) -> int:
         """:meth:`drakit.plugin.recovery.Recovery.rollback_dead_owners`."""

@@ -168,30 +168,3 @@ def test_invalid_status_fails_the_vendors_prepare_naming_the_field(
     assert h.app.status.flush()
     assert h.apiserver.requests(resource="resourceclaims/status") == []
     assert devices_of(h, claim) == []
-
-
-def test_a_status_write_lost_with_the_process_is_applied_after_its_restart(
-        tmp_path: Path) -> None:
-    """The agent is killed while the claim's status apply keeps failing: the restarted
-    agent applies it (the desired status of every prepared claim is queued again at
-    start-up); the claim stays prepared throughout."""
-    h = DriverHarness(tmp_path / "h", subprocess=True, discovery=["example"])
-    try:
-        h.start()
-        claim = h.allocate("lost", [("node-1", "gpu-0")])
-        uid = claim["metadata"]["uid"]
-        h.apiserver.set_faults(FaultPlan(error_rate=1.0,
-                                         resources=frozenset({"resourceclaims/status"})))
-        assert h.prepare(claim)[uid].error == ""
-        h.wait_for(lambda: h.apiserver.faults_injected > 0, 10, "a failed status apply")
-        h.stop_plugin(kill=True)
-        h.apiserver.set_faults(None)
-        assert devices_of(h, claim) == []
-        h.start_plugin()
-        h.wait_for(lambda: [d["device"] for d in devices_of(h, claim)] == ["gpu-0"], 15,
-                   "the restarted agent to apply the claim's status")
-        assert h.prepare(claim)[uid].error == ""  # answered from the checkpoint
-        assert h.unprepare(claim) == {uid: ""}
-        h.wait_for(lambda: devices_of(h, claim) == [], 15, "the withdrawal")
-    finally:
-        h.stop()
