@@ -89,7 +89,7 @@ def agent(
                       plugin_options=plugin_options, subprocess=True,
                       extra_args=["--resync-seconds", resync, *extra_args])
     h.kubelet = FakeKubelet(h.registrar_dir, "1.34", poll_interval=KUBELET_POLL)
-    h.agent_command = [runtime_python()[0], "-m", "drakit.plugin.cli"]
+    h.agent_command[0] = runtime_python()[0]  # the harness's command, on the runtime venv
     try:
         try:
             h.start(wait=wait)

@@ -14,8 +14,9 @@ only; claims are allocated from its pool ``dra.net``.
 
 What it does per claim, for context: one GET of the claim and one CDI JSON file written with
 ``open``/``json.dump`` (no temp file, no fsync, no checkpoint, no claim status). drakit
-makes three fsynced atomic writes per prepare (checkpoint twice, CDI spec once) and queues
-an AllocatedDeviceStatus apply.
+makes two atomic writes per prepare with the bench's example plugin (the CDI spec, its
+directory not fsynced; the checkpoint's PrepareCompleted record; a plugin whose prepare
+changes the node adds PrepareStarted) and queues an AllocatedDeviceStatus apply.
 """
 
 from __future__ import annotations

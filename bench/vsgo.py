@@ -142,7 +142,6 @@ class _Latency:
     prep: list[float] = field(default_factory=list)
     unprep: list[float] = field(default_factory=list)
     cpu: float = 0.0
-    calls: int = 0
 
 
 def _latency_block(arm: Arm, claims: Sequence[ClaimRef], acc: _Latency) -> None:
@@ -154,7 +153,6 @@ def _latency_block(arm: Arm, claims: Sequence[ClaimRef], acc: _Latency) -> None:
     acc.cpu += cpu_seconds(arm.pid) - c0
     acc.prep += prep
     acc.unprep += unprep
-    acc.calls += len(claims)
 
 
 def _loaded(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
@@ -197,7 +195,7 @@ def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None
         floor[name] += fsync_floor_ms(arms[name].cdi_dir, cfg.scale(10, 2))
         a = acc[name]
         out.add("fsync_floor", name, percentile(floor[name], 50))
-        out.add("vsgo_claim_cpu", name, a.cpu / a.calls * 1000)
+        out.add("vsgo_claim_cpu", name, a.cpu / len(a.prep) * 1000)
         out.add("vsgo_prepare_p50", name, percentile(a.prep, 50))
         out.add("vsgo_prepare_p99", name, percentile(a.prep, 99))
         out.add("vsgo_unprepare_p50", name, percentile(a.unprep, 50))

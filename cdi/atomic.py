@@ -1,4 +1,5 @@
-"""Atomic file writes: temp file in the same directory, fsync, rename, fsync of the directory.
+"""Atomic file writes: temp file in the same directory, fsync, rename, fsync of the directory
+(unless the caller re-creates a lost file itself: ``sync_dir=False``).
 
 Used for every file drakit writes (CDI specs, the checkpoint), so a crash leaves either the
 old content or the new one, never a partial file, and never a stray temp file on error.

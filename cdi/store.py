@@ -3,8 +3,8 @@
 One file per claim: ``<root_dir>/<vendor>-<class>_<claimUID>.json`` (the CDI library's
 transient spec name, CDI fact sheet §3.7), JSON, mode 0644, written with
 :func:`drakit.cdi.atomic.atomic_write` (temp file ``.<name>.<random>.tmp`` in the same directory,
-fsync, rename, fsync of the directory), so a runtime never reads a partial file and its
-file watcher sees the rename.
+fsync, rename, then the directory's fsync unless ``write(durable=False)``), so a runtime
+never reads a partial file and its file watcher sees the rename.
 
 Before a file is written its spec is compacted, its device nodes filled from the host
 (:class:`drakit.cdi.hostnodes.HostNodes`), its cdiVersion computed and capped

@@ -71,9 +71,8 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
         if existing is not None and existing.phase == "PrepareCompleted":
             out.completed[uid] = existing
             continue
-        if existing is not None and existing.owner != owner and owner_alive(existing.owner):
-            out.refused[uid] = (f"{p.name}: being prepared by another instance of this "
-                                f"plugin ({existing.owner}); retry")
+        if existing is not None and held_elsewhere(existing, owner, owner_alive):
+            out.refused[uid] = held_elsewhere_error(p.name, existing)
             continue
         error = _stale(p, unprepared.get(uid)) or _device_busy(p, busy)
         if error:
@@ -84,6 +83,19 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
             if not it.alloc.admin_access:
                 busy.setdefault((it.alloc.pool, it.alloc.device), uid)
     return out
+
+
+def held_elsewhere(rec: ClaimRecord, owner: str,
+                   owner_alive: Callable[[str | None], bool]) -> bool:
+    """True when ``rec`` is being prepared by another live instance of this plugin (a
+    ``PrepareStarted`` record of another owner whose owner lock is held): neither a prepare
+    nor an unprepare may touch it here."""
+    return rec.phase == "PrepareStarted" and rec.owner != owner and owner_alive(rec.owner)
+
+
+def held_elsewhere_error(what: str, rec: ClaimRecord) -> str:
+    """The retryable error of a claim :func:`held_elsewhere`; ``what`` names the claim."""
+    return f"{what}: being prepared by another instance of this plugin ({rec.owner}); retry"
 
 
 def record(state: CheckpointState, admission: Admission) -> None:

@@ -236,7 +236,7 @@ class App:
             self.checkpoint.load()
         except CheckpointError as e:
             log.error("%s; prepare/unprepare will fail until it is fixed", e)
-            self.metrics.checkpoint_errors.inc()
+            self.events.checkpoint_error(str(e))
         self.inventory.refresh()
         self._count_discovery_errors()
         self.metrics.devices.set(self.inventory.device_count())
@@ -255,7 +255,7 @@ class App:
             )
         if self.checkpoint.error is None:
             try:
-                self.node.recover(self.specs.list_specs())
+                self.node.recover()
             except Exception:
                 log.exception("start-up recovery failed")
         self.publisher.publish(self.inventory.pools(), wait=False)

@@ -231,9 +231,7 @@ class Prepare:
                     errors[p.ref.uid] = _failure(p, e)
         plans = [p for p in plans if p.ref.uid not in errors]
         if not plans:
-            for uid, msg in errors.items():
-                log.warning("prepare failed: %s", msg, extra={"claim_uid": uid})
-            return {uid: PrepareResult(error=msg) for uid, msg in errors.items()}
+            return _failed(errors)
         try:
             owner = self.checkpoint.owner
             adm = self.checkpoint.update_state(
@@ -241,7 +239,8 @@ class Prepare:
         except CheckpointError as e:
             msg = checkpoint_failed(self.events, e)
             self._undo_unrecorded(early)
-            return {p.ref.uid: PrepareResult(error=msg) for p in plans}
+            # the claims whose hook failed before the write keep their own error
+            return _failed(errors) | {p.ref.uid: PrepareResult(error=msg) for p in plans}
         for p in plans:  # the claims as this call saw them, for a later unprepare's mark
             self.reservations.remember(p.ref.uid, p.reservations)
         results = {uid: PrepareResult(error=err) for uid, err in adm.refused.items()}
@@ -259,9 +258,7 @@ class Prepare:
                 done[p.ref.uid] = self.devices.prepare(p, started, time.time())
             except Exception as e:
                 errors[p.ref.uid] = _failure(p, e)
-        for uid, msg in errors.items():
-            results[uid] = PrepareResult(error=msg)
-            log.warning("prepare failed: %s", msg, extra={"claim_uid": uid})
+        results |= _failed(errors)
         if adm.started:
             failed = [uid for uid in adm.started if uid not in done]
             try:
@@ -305,6 +302,13 @@ class Prepare:
         except CheckpointError:
             log.error("CDI specs of %d claim(s) not recorded are left for the orphan sweep",
                       len(early))
+
+
+def _failed(errors: dict[str, str]) -> dict[str, PrepareResult]:
+    """The results of the claims in ``errors`` (claim UID → message), each logged."""
+    for uid, msg in errors.items():
+        log.warning("prepare failed: %s", msg, extra={"claim_uid": uid})
+    return {uid: PrepareResult(error=msg) for uid, msg in errors.items()}
 
 
 def _failure(p: Plan, e: Exception) -> str:

@@ -111,7 +111,6 @@ class ResourceAPI:
         self.http = Transport(api_client, request_timeout,
                               auth_reuse_seconds=auth_reuse_seconds)
         self._preference = versions
-        self._timeout = request_timeout
         self._version: str | None = None
         self._lock = threading.Lock()
         self._new_fields: frozenset[str] | None = None
@@ -302,7 +301,7 @@ class ResourceAPI:
             "watch": True, "allowWatchBookmarks": True, "timeoutSeconds": timeout_seconds,
         }
         resp = self.http.send("GET", _path(version, SLICES), query=query,
-                          timeout=(self._timeout, timeout_seconds + 30))
+                          timeout=(self.http.request_timeout, timeout_seconds + 30))
         return SliceWatch(resp, version)
 
     # -- core ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ call's gRPC deadline minus :func:`answer_margin`), no wait and no request outlas
 attempt gets :meth:`Deadline.timeout` as its HTTP timeout, and a wait that would end past
 the deadline is not started (the last error is raised instead).
 
-The HTTP client does not retry on its own: :class:`drakit.plugin.resourceapi.ResourceAPI` sends
+The HTTP client does not retry on its own: :class:`drakit.plugin.kubehttp.Transport` sends
 every request with urllib3 retries off (urllib3's default ``Retry`` honours ``Retry-After``
 without a cap and sleeps inside the request, outside any deadline).
 """

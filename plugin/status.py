@@ -3,8 +3,8 @@
 For every prepared device the discovery plugin may report conditions, ``data`` and
 ``networkData`` as a :class:`drakit.discovery.model.DeviceStatus`, which checks the API's rules
 (§13 of the validation fact sheet) when the plugin builds it, so a status the API would refuse
-fails that prepare. Here each entry is converted to API JSON (and checked again: the
-checkpoint may come from an older drakit; driver/pool/device/shareID must be unique) and
+fails that prepare. Here each entry is converted to API JSON (and checked again, a cheap guard:
+driver/pool/device/shareID must be unique) and
 written with server-side apply on the ``status`` subresource under this driver's field
 manager. The list is a map keyed by (driver, pool, device, shareID), so entries of other
 drivers and other field managers are never touched. An entry that still breaks a rule is left

@@ -22,6 +22,7 @@ import time
 
 from drakit.cdi.errors import CDINameError
 from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.admission import held_elsewhere, held_elsewhere_error
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError, CheckpointState, ClaimRecord
 from drakit.plugin.checkpoint import UnpreparedRecord as Mark
 from drakit.plugin.claimdevices import ClaimDevices, claim_ref, log_context
@@ -62,10 +63,8 @@ class Unprepare:
                 unknown.append(ref.uid)
                 results[ref.uid] = ""
                 continue
-            if (rec.phase == "PrepareStarted" and rec.owner != owner
-                    and self.checkpoint.owner_alive(rec.owner)):
-                results[ref.uid] = (f"claim {ref.uid}: being prepared by another instance of "
-                                    f"this plugin ({rec.owner}); retry")
+            if held_elsewhere(rec, owner, self.checkpoint.owner_alive):
+                results[ref.uid] = held_elsewhere_error(f"claim {ref.uid}", rec)
                 continue
             try:
                 self.devices.unprepare(rec)

@@ -37,7 +37,7 @@ from pydantic.alias_generators import to_camel
 from drakit.cdi.names import canonical_cidr
 from drakit.cdi.spec import ContainerEdits, NetDevice
 from drakit.discovery.builtin._common import parse_options, put
-from drakit.discovery.model import Device, DeviceAttribute, Pool
+from drakit.discovery.model import MAX_IPS, Device, DeviceAttribute, Pool
 from drakit.discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, dns_labels
 from drakit.discovery.plugin import (
     DeviceRequest,
@@ -50,8 +50,6 @@ from drakit.discovery.plugin import (
 )
 from drakit.discovery.sysfs import Sysfs
 
-MAX_IPS = 16
-"""NetworkDeviceDataMaxIPs: at most 16 entries in ``networkData.ips`` (resource.k8s.io/v1)."""
 ARPHRD_LOOPBACK = 772
 """``type`` of a loopback link (linux/if_arp.h)."""
 

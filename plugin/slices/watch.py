@@ -61,12 +61,12 @@ class Timing:
     """The publisher's delays, in seconds (see :class:`~drakit.plugin.slices.publisher.
     SlicePublisher` for each)."""
 
-    resync_period: float = 30.0
-    watch_delay: float = 1.0
-    watch_timeout: int = 300
-    watch_idle_timeout: float = 150.0
-    recovery_spread: float = 20.0
-    min_retry_delay: float = 1.0
+    resync_period: float
+    watch_delay: float
+    watch_timeout: int
+    watch_idle_timeout: float
+    recovery_spread: float
+    min_retry_delay: float
     backoff: Backoff = field(default_factory=Backoff)
 
     def recovery_delay(self, failures: int, rng: Rng) -> float:
@@ -179,7 +179,7 @@ class SliceWatcher:
                     continue
                 rv = self._rv[scope.name]
             after_failure = failures > 0
-            timeout = int(max(1, self._t.watch_timeout) * (1 + rng()))
+            timeout = int(self._t.watch_timeout * (1 + rng()))
             try:
                 watch = self.api.watch_slices(self.driver, scope.node, rv, timeout,
                                               label_selector=scope.label_selector)

@@ -192,3 +192,34 @@ def test_a_declared_pure_prepare_runs_outside_the_checkpoint_lock(
     assert seen == [True]
     assert h.app.checkpoint.writes - before == 1
     assert h.unprepare(claim) == {uid_of(claim): ""}
+
+
+class FailingOnD1(DeclaredPlugin):
+    """A declared-pure prepare that raises for device d1."""
+
+    name: ClassVar[str] = "failing"
+
+    def prepare(self, request: Any) -> Any:
+        if request.device.name == "d1":
+            raise RuntimeError("d1 is broken")
+        return super().prepare(request)
+
+
+def test_a_failed_admission_write_keeps_the_hook_errors_of_the_same_call(
+        harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim of the call gets its own answer: the claim whose pure hook failed before
+    the write keeps that error, the others get the checkpoint's."""
+    from drakit.plugin.checkpoint import CheckpointError
+
+    h = harness_factory(plugins=[FailingOnD1()])
+    good, bad = h.allocate("good", [(POOL, "d0")]), h.allocate("bad", [(POOL, "d1")])
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise CheckpointError("checkpoint /x: write failed: disk full")
+
+    monkeypatch.setattr(h.app.checkpoint, "update_state", broken)
+    res = h.prepare(good, bad)
+    assert "d1 is broken" in res[uid_of(bad)].error
+    assert "disk full" in res[uid_of(good)].error
+    monkeypatch.undo()
+    assert h.cdi_files() == [] and h.app.checkpoint.claims() == {}
