@@ -1,11 +1,18 @@
-"""Requests to the API server on the ``kubernetes`` client's own connection pool.
+"""Requests to the API server with the ``kubernetes`` client's configuration.
 
-:class:`Transport` sends one request through ``api_client.rest_client.pool_manager`` (the
-ApiClient's TLS, proxy and retry settings) with the ApiClient's default headers, cookie and
-auth settings (bearer token), and hands back the unread urllib3 response. It skips the
-generated per-call machinery (argument validation, parameter and body serialisation,
-response deserialisation): a ResourceClaim GET costs ~205 µs of client CPU through
-``CustomObjectsApi`` and ~150 µs here.
+:class:`Transport` sends a request with the ApiClient's default headers, cookie and auth
+settings (bearer token) and skips the generated per-call machinery (argument validation,
+parameter and body serialisation, response deserialisation): a ResourceClaim GET costs
+~205 µs of client CPU through ``CustomObjectsApi`` and ~150 µs through the urllib3 pool.
+
+- :meth:`Transport.request` and :meth:`Transport.json` read the answer whole. Over a direct
+  connection they use :class:`drakit.plugin.kubeconn.Connections` (http.client, keep-alive;
+  about half the client CPU of the urllib3 pool, figures there); through a proxy, or with
+  settings only urllib3 has (:func:`~drakit.plugin.kubeconn.direct_supported`), the
+  ApiClient's urllib3 pool manager.
+- :meth:`Transport.send` hands back the unread urllib3 response of a watch, on the
+  ApiClient's pool manager (``api_client.rest_client.pool_manager``: its TLS, proxy and
+  socket settings).
 
 Two tricks stay because they pay (client CPU per call against ``EmbeddedAPIServer`` with a
 kubeconfig-loaded ApiClient, minimum of 3 x 6 rounds of 600 calls, 2026-12-01):
@@ -13,9 +20,9 @@ kubeconfig-loaded ApiClient, minimum of 3 x 6 rounds of 600 calls, 2026-12-01):
 - the auth settings are computed at most once per :data:`AUTH_REUSE_SECONDS`: the
   kubeconfig loader's refresh hook re-applies the kubeconfig on every call (GET 146 →
   ~200 µs, apply 166 → ~220 µs without the reuse);
-- the host's connection pool is asked directly instead of the pool manager, which parses
-  the URL and looks the pool up on every call (GET 146 → ~165 µs, apply 166 → ~188 µs
-  without it; the bench's ``claim_get_floor`` is ~225 µs).
+- the host's urllib3 connection pool is asked directly instead of the pool manager, which
+  parses the URL and looks the pool up on every call (GET 146 → ~165 µs, apply 166 →
+  ~188 µs without it).
 
 Headers and queries are built per request: the caches of prebuilt header dicts and apply
 queries saved ~5 % of a GET's client CPU, < 1 % of the agent's CPU per prepare +
@@ -23,8 +30,8 @@ unprepare pair, below the bench's noise.
 
 Errors: a non-2xx answer raises ``kubernetes.client.ApiException`` (status, reason, body of
 at most :data:`MAX_ERROR_BYTES`, headers) as the generated client does; connection errors
-surface from urllib3. urllib3 never retries here: :mod:`drakit.plugin.retry` is the one
-retry policy.
+are urllib3's on either path. Nothing retries here (urllib3's retries are off):
+:mod:`drakit.plugin.retry` is the one retry policy.
 """
 
 from __future__ import annotations
@@ -38,6 +45,14 @@ from urllib.parse import quote, urlencode
 import urllib3
 from kubernetes.client import ApiClient, ApiException
 
+from drakit.plugin.kubeconn import (
+    DEFAULT_MAX_IDLE,
+    Connections,
+    Reply,
+    direct_supported,
+    read_reply,
+    tls_context,
+)
 from drakit.plugin.retry import ResponseTooLarge
 
 JSON: Final = "application/json"
@@ -69,12 +84,11 @@ def encode_query(query: dict[str, Any]) -> str:
                        else str(value)) for key, value in query.items() if value is not None])
 
 
-def discard(resp: urllib3.BaseHTTPResponse) -> None:
-    """Read and drop an answer (at most :data:`MAX_OBJECT_BYTES`) so its connection is
-    reused; the connection of a bigger answer is closed instead."""
-    if len(resp.read(MAX_OBJECT_BYTES + 1)) > MAX_OBJECT_BYTES:
-        resp.close()
-    resp.release_conn()
+def _error(reply: Reply) -> ApiException:
+    exc = ApiException(status=reply.status, reason=reply.reason,
+                       body=reply.data.decode("utf-8", "replace"))
+    exc.headers = reply.headers
+    return exc
 
 
 class Transport:
@@ -96,14 +110,79 @@ class Transport:
         self._auth: tuple[float, dict[str, str], list[tuple[str, str]]] | None = None
         # (host, pool manager, the host's pool, the host's path prefix)
         self._pool: tuple[str, Any, urllib3.HTTPConnectionPool, str] | None = None
+        # (host, its direct connections)
+        self._connections: tuple[str, Connections] | None = None
 
-    def send(self, method: str, path: str, *, query: dict[str, Any] | None = None,
-             body: object = None, content_type: str = JSON,
-             timeout: Timeout = None) -> urllib3.BaseHTTPResponse:
+    def request(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+                body: object = None, content_type: str = JSON, timeout: Timeout = None,
+                max_bytes: int = MAX_OBJECT_BYTES) -> Reply:
         """``method`` ``path`` (``/apis/...``, segments already encoded) with ``query``
         (see :func:`encode_query`) and ``body`` sent as compact JSON (also for apply
-        patches: JSON is YAML) of ``content_type``. Returns the unread response of a 2xx
-        answer; raises ``ApiException`` for any other."""
+        patches: JSON is YAML) of ``content_type``; the answer read whole. Raises
+        ``ApiException`` for a non-2xx answer and :class:`ResponseTooLarge` for one over
+        ``max_bytes`` (by its Content-Length, or once that much was read)."""
+        target, headers, payload = self._prepare(method, path, query, body, content_type)
+        direct = self._direct()
+        if direct is not None:
+            connect, read = _seconds(timeout, self.request_timeout)
+            reply = direct.request(method, target, payload, headers, (connect, read),
+                                   limit=max_bytes, error_limit=MAX_ERROR_BYTES)
+        else:
+            resp = self._urlopen(method, target, body=payload, headers=headers,
+                                 preload_content=False, timeout=self._timeout(timeout))
+            try:
+                reply, whole = read_reply(resp, max_bytes, MAX_ERROR_BYTES)
+            except BaseException:
+                whole = False
+                raise
+            finally:
+                if not whole:
+                    resp.close()  # unread bytes left: the connection cannot be reused
+                resp.release_conn()
+        if not reply.ok:
+            raise _error(reply)
+        if reply.declared is not None and reply.declared > max_bytes:
+            raise ResponseTooLarge(f"{method} {path}: the answer is {reply.declared} bytes, "
+                                   f"more than the {max_bytes} accepted; refused")
+        if len(reply.data) > max_bytes:
+            raise ResponseTooLarge(f"{method} {path}: the answer is more than the "
+                                   f"{max_bytes} bytes accepted; refused")
+        return reply
+
+    def json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`request` and the answer's JSON object; an answer that is not a JSON
+        object raises ``TypeError``."""
+        reply = self.request(method, path, **kwargs)
+        obj = json.loads(reply.data)
+        if not isinstance(obj, dict):
+            raise TypeError(f"{method} {path}: expected a JSON object from the API server, "
+                            f"got {type(obj).__name__}")
+        return obj
+
+    def send(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+             timeout: Timeout = None) -> urllib3.BaseHTTPResponse:
+        """``method`` ``path`` with ``query`` on the ApiClient's urllib3 pool, for an answer
+        read as a stream (a watch). Returns the unread response of a 2xx answer; raises
+        ``ApiException`` for any other."""
+        target, headers, _ = self._prepare(method, path, query, None, JSON)
+        resp = self._urlopen(method, target, body=None, headers=headers,
+                             preload_content=False, timeout=self._timeout(timeout))
+        if not 200 <= resp.status <= 299:
+            data = resp.read(MAX_ERROR_BYTES)
+            resp.close()
+            resp.release_conn()
+            raise _error(Reply(resp.status, resp.reason or "", resp.headers, data, None))
+        return resp
+
+    def close(self) -> None:
+        """Close the idle direct connections (the urllib3 pool is the ApiClient's)."""
+        direct = self._connections
+        if direct is not None:
+            direct[1].close()
+
+    def _prepare(self, method: str, path: str, query: dict[str, Any] | None, body: object,
+                 content_type: str) -> tuple[str, dict[str, str], bytes | None]:
+        """(path with the query string, headers, encoded body) of a request."""
         auth_headers, auth_query = self._auth_settings()
         client = self.api_client
         headers = {"Accept": JSON, **client.default_headers}
@@ -115,47 +194,30 @@ class Transport:
             headers["Content-Type"] = content_type
             payload = _encode_json(body).encode()
         qs = "&".join(q for q in (urlencode(auth_query), encode_query(query or {})) if q)
-        if qs:
-            path += "?" + qs
-        resp = self._urlopen(method, path, body=payload, headers=headers,
-                             preload_content=False, timeout=self._timeout(timeout))
-        if not 200 <= resp.status <= 299:
-            data = resp.read(MAX_ERROR_BYTES)
-            resp.close()
-            resp.release_conn()
-            exc = ApiException(status=resp.status, reason=resp.reason,
-                               body=data.decode("utf-8", "replace"))
-            exc.headers = resp.headers
-            raise exc
-        return resp
+        return (path + "?" + qs if qs else path), headers, payload
 
-    def json(self, method: str, path: str, *, max_bytes: int = MAX_OBJECT_BYTES,
-             **kwargs: Any) -> dict[str, Any]:
-        """:meth:`send` and the answer's JSON object. An answer over ``max_bytes`` (by its
-        Content-Length, or once that much was read) raises :class:`ResponseTooLarge` and
-        its connection is dropped; an answer that is not a JSON object raises
-        ``TypeError``."""
-        resp = self.send(method, path, **kwargs)
-        where = f"{method} {path.split('?', 1)[0]}"
-        try:
-            length = resp.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) > max_bytes:
-                raise ResponseTooLarge(f"{where}: the answer is {int(length)} bytes, more "
-                                       f"than the {max_bytes} accepted; refused")
-            data = resp.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                raise ResponseTooLarge(f"{where}: the answer is more than the {max_bytes} "
-                                       "bytes accepted; refused")
-        except BaseException:
-            resp.close()  # unread bytes left: the connection cannot be reused
-            resp.release_conn()
-            raise
-        resp.release_conn()
-        obj = json.loads(data)
-        if not isinstance(obj, dict):
-            raise TypeError(f"{where}: expected a JSON object from the API server, got "
-                            f"{type(obj).__name__}")
-        return obj
+    def _direct(self) -> Connections | None:
+        """The direct connections to the configured host, or None when the configuration
+        needs urllib3 (:func:`~drakit.plugin.kubeconn.direct_supported`)."""
+        configuration = self.api_client.configuration
+        host = configuration.host
+        cached = self._connections
+        if cached is not None and cached[0] == host:
+            return cached[1]
+        with self._lock:
+            cached = self._connections
+            if cached is not None and cached[0] == host:
+                return cached[1]
+            if not direct_supported(configuration):
+                return None
+            tls = tls_context(configuration) if host.startswith("https:") else None
+            direct = Connections(host, tls, server_name=configuration.tls_server_name or None,
+                                 max_idle=configuration.connection_pool_maxsize
+                                 or DEFAULT_MAX_IDLE)
+            if cached is not None:
+                cached[1].close()
+            self._connections = (host, direct)
+            return direct
 
     def _auth_settings(self) -> tuple[dict[str, str], list[tuple[str, str]]]:
         """Auth headers and query parameters from the ApiClient's auth settings (the
@@ -199,3 +261,12 @@ class Transport:
         if isinstance(timeout, tuple):
             return urllib3.Timeout(connect=timeout[0], read=timeout[1])
         return urllib3.Timeout(total=timeout)
+
+
+def _seconds(timeout: Timeout, default: float) -> tuple[float, float]:
+    """(connect, read) seconds of ``timeout`` (one number: both; None: ``default``)."""
+    if timeout is None:
+        return default, default
+    if isinstance(timeout, tuple):
+        return timeout
+    return timeout, timeout

@@ -27,7 +27,6 @@ from drakit.plugin.kubehttp import (
     AUTH_REUSE_SECONDS,
     MAX_LIST_BYTES,
     Transport,
-    discard,
     segment,
 )
 from drakit.plugin.retry import (
@@ -194,7 +193,7 @@ class ResourceAPI:
         reused) but not parsed: no caller needs the claim back."""
         path = _path(self.version, CLAIMS, name, namespace, "status")
         query = {"fieldManager": field_manager, "force": True}
-        discard(self.http.send("PATCH", path, query=query, body=body, content_type=APPLY_PATCH))
+        self.http.request("PATCH", path, query=query, body=body, content_type=APPLY_PATCH)
 
     def apply_claim_status_devices(self, namespace: str, name: str,
                                    entries: list[dict[str, Any]],
@@ -286,7 +285,7 @@ class ResourceAPI:
             if resource_version:
                 pre["resourceVersion"] = resource_version
             body["preconditions"] = pre
-        discard(self.http.send("DELETE", _path(version, SLICES, name), body=body))
+        self.http.request("DELETE", _path(version, SLICES, name), body=body)
 
     def watch_slices(self, driver: str, node: str | None, resource_version: str | None,
                      timeout_seconds: int = 300, *,
