@@ -18,14 +18,35 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from drakit.plugin.app import App
 
 log = logging.getLogger("drakit")
 
 
 def _run(argv: Sequence[str]) -> int:
-    from drakit.plugin.malloc import limit_malloc_arenas
+    from drakit.plugin.malloc import collector_paused, limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts; see plugin/malloc.py
+    with collector_paused():  # until the start-up objects are frozen; see plugin/malloc.py
+        started = _start(argv)
+    if isinstance(started, int):
+        return started
+    app, stop = started
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        app.stop()
+    log.info("stopped")
+    return 0
+
+
+def _start(argv: Sequence[str]) -> tuple[App, threading.Event] | int:
+    """Parse ``argv``, load the discovery plugins and start the app; its stop event is set by
+    SIGTERM, SIGINT and SIGHUP. An exit status when start-up fails."""
     from drakit.plugin.config import add_run_arguments, settings_from_args
     from drakit.plugin.logs import setup_logging
 
@@ -77,13 +98,7 @@ def _run(argv: Sequence[str]) -> int:
         else:
             log.error("start-up failed: %s", e)
         return 1
-    try:
-        while not stop.wait(3600):
-            pass
-    finally:
-        app.stop()
-    log.info("stopped")
-    return 0
+    return app, stop
 
 
 def _expected_start_errors() -> tuple[type[BaseException], ...]:

@@ -1,5 +1,5 @@
-"""Process memory policy of ``drakit run``: cap glibc's malloc arenas; keep start-up objects
-out of the cyclic garbage collector.
+"""Process memory policy of ``drakit run``: cap glibc's malloc arenas; no cyclic garbage
+collection during start-up, and the start-up objects kept out of its reach afterwards.
 
 glibc gives threads their own malloc arenas (up to 8 per CPU) and keeps the memory freed in
 each one. The agent runs many threads (gRPC workers, status writer, publisher, watchers), so
@@ -12,11 +12,13 @@ remember the variable. An explicit ``MALLOC_ARENA_MAX`` in the environment wins.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import logging
 import os
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,25 @@ def limit_malloc_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
     if not ok:
         log.debug("mallopt(M_ARENA_MAX, %d) refused", arenas)
     return ok
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (on again after it, if it was on).
+
+    For start-up, up to :func:`freeze_startup_objects`: what it builds (modules, classes,
+    the inventory, the desired slices) lives for the process, so the collections it
+    triggers find nearly nothing. With 10,000 generated devices they took 0.26-0.29 s of a
+    0.85-0.97 s start-up (447 collections; imports, discovery and the first desired state,
+    measured 2026-12-01), on the way to the first ResourceSlice. Garbage cycles made
+    meanwhile wait for the one collection of :func:`freeze_startup_objects`."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def freeze_startup_objects() -> int:

@@ -1,5 +1,5 @@
 """drakit.plugin.malloc: the arena cap applies on glibc and yields to an explicit
-MALLOC_ARENA_MAX."""
+MALLOC_ARENA_MAX; the collector is paused for start-up and on again after it."""
 
 from __future__ import annotations
 
@@ -47,3 +47,37 @@ def test_freeze_startup_objects_leaves_them_to_reference_counting() -> None:
         assert gc.is_tracked(marker) and gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()
+
+
+def test_collector_paused_for_the_block_and_restored() -> None:
+    import gc
+
+    from drakit.plugin.malloc import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        junk = [[] for _ in range(5000)]  # past the generation-0 threshold
+        assert gc.get_count()[0] > gc.get_threshold()[0]  # and nothing collected
+        del junk
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("start-up failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # left as found
+    finally:
+        gc.enable()
+
+
+def test_a_start_up_refused_early_leaves_the_collector_on() -> None:
+    import gc
+
+    from drakit.plugin import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["run"])  # --driver-name and --node-name missing: argparse exits
+    assert gc.isenabled()
