@@ -81,15 +81,35 @@ def read_reply(resp: Any, limit: int, error_limit: int) -> tuple[Reply, bool]:
     if 200 <= status <= 299:
         if size is not None and size > limit:
             return Reply(status, resp.reason or "", resp.headers, b"", size), False
-        data = resp.read(limit + 1)
+        data = _read_at_most(resp, limit + 1 if size is None else size)
     else:
-        data = resp.read(error_limit)
+        data = _read_at_most(resp, error_limit if size is None else min(size, error_limit))
     if size is not None and len(data) < min(size, limit if 200 <= status <= 299
                                            else error_limit):
         # the connection ended early (http.client returns what came)
         raise http.client.IncompleteRead(data, size - len(data))
     whole = size == len(data) if size is not None else resp.isclosed()
     return Reply(status, resp.reason or "", resp.headers, data, size), whole
+
+
+#: Bytes asked for at a time from an answer without a Content-Length (a read of n bytes
+#: allocates n up front).
+READ_PIECE: Final = 1 << 20
+
+
+def _read_at_most(resp: Any, n: int) -> bytes:
+    """Up to ``n`` bytes of the answer, fewer when it ends first."""
+    if n <= READ_PIECE:
+        return bytes(resp.read(n))
+    pieces: list[bytes] = []
+    left = n
+    while left > 0:
+        piece = resp.read(min(left, READ_PIECE))
+        if not piece:
+            break
+        pieces.append(piece)
+        left -= len(piece)
+    return b"".join(pieces)
 
 
 def direct_supported(configuration: Any) -> bool:

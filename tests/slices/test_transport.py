@@ -308,3 +308,26 @@ def test_which_configurations_connect_directly(settings: dict[str, Any], direct:
     for key, value in settings.items():
         setattr(config, key, value)
     assert direct_supported(config) is direct
+
+
+def test_a_large_chunked_answer_is_read_in_pieces_and_whole() -> None:
+    """A list page without a Content-Length (chunked, as kube-apiserver streams big lists)
+    of 3 MiB, more than one read piece, arrives whole and the connection is kept."""
+    items = [{"metadata": {"name": f"s-{i}"}, "pad": "x" * 1100} for i in range(3000)]
+    body = json.dumps({"items": items}).encode()
+    with _server() as s:
+        def chunked(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(200)
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            for at in range(0, len(body), 100_000):
+                piece = body[at:at + 100_000]
+                h.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            h.wfile.write(b"0\r\n\r\n")
+        s.answer = chunked
+        t = _transport(f"http://127.0.0.1:{s.port}")
+        assert len(body) > 3 * (1 << 20)
+        assert t.json("GET", CLAIM)["items"][-1]["metadata"]["name"] == "s-2999"
+        s.answer = _json_answer({"ok": 3})
+        assert t.json("GET", CLAIM) == {"ok": 3}
+        assert s.connections == 1
