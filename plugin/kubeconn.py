@@ -29,11 +29,14 @@ Nothing is retried here.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
 import ssl
 import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -76,6 +79,8 @@ def read_reply(resp: Any, limit: int, error_limit: int) -> tuple[Reply, bool]:
     request). An answer shorter than its Content-Length raises ``http.client.IncompleteRead``
     (urllib3's own responses raise ``ProtocolError`` first)."""
     status = resp.status
+    if status in (204, 304) or 100 <= status < 200:  # no body, whatever the headers say
+        return Reply(status, resp.reason or "", resp.headers, resp.read(), None), True
     declared = resp.headers.get("Content-Length")
     size = int(declared) if declared is not None and declared.isdigit() else None
     if 200 <= status <= 299:
@@ -129,11 +134,13 @@ def direct_supported(configuration: Any) -> bool:
 def tls_context(configuration: Any) -> ssl.SSLContext:
     """The client TLS context of ``configuration``: TLS 1.2 or newer; with ``verify_ssl``
     the server's chain is checked against ``ssl_ca_cert`` / ``ca_cert_data`` (the system's
-    CAs when neither is set) and its name unless ``assert_hostname`` is False; without it
-    nothing is checked. ``cert_file`` / ``key_file`` are the client certificate. Raises
-    ``OSError`` / ``ssl.SSLError`` for an unreadable or invalid file."""
+    CAs when neither is set) and its name, from the certificate's subjectAltName only,
+    unless ``assert_hostname`` is False; without it nothing is checked. ``cert_file`` /
+    ``key_file`` are the client certificate. Raises ``ValueError`` naming the setting (and
+    file) that cannot be read or is not valid."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.hostname_checks_common_name = False  # names come from subjectAltName (as urllib3)
     if not configuration.verify_ssl:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -141,41 +148,62 @@ def tls_context(configuration: Any) -> ssl.SSLContext:
         cafile = configuration.ssl_ca_cert or None
         cadata = getattr(configuration, "ca_cert_data", None) or None
         if cafile or cadata:
-            ctx.load_verify_locations(cafile=cafile, cadata=cadata)
+            with _naming("ssl_ca_cert " + cafile if cafile else "ca_cert_data"):
+                ctx.load_verify_locations(cafile=cafile, cadata=cadata)
         else:
             ctx.load_default_certs()
         if configuration.assert_hostname is False:
             ctx.check_hostname = False
     if configuration.cert_file:
-        ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+        with _naming(f"cert_file {configuration.cert_file} / key_file "
+                     f"{configuration.key_file}"):
+            ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
     return ctx
 
 
-class _Connection(http.client.HTTPConnection):
-    """One connection; with ``tls`` the socket is wrapped after connecting, naming
-    ``server_name`` (SNI, and the name the certificate is checked for)."""
+@contextlib.contextmanager
+def _naming(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{what}: {getattr(e, 'strerror', None) or e}") from e
 
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None,
+
+class _Connection(http.client.HTTPConnection):
+    """One connection; with ``tls`` (a context factory) the socket is wrapped after
+    connecting, naming ``server_name`` (SNI, and the name the certificate is checked
+    for)."""
+
+    def __init__(self, host: str, port: int, tls: Callable[[], ssl.SSLContext] | None,
                  server_name: str) -> None:
         super().__init__(host, port)
         self._tls = tls
         self._server_name = server_name
 
     def connect(self) -> None:
-        super().connect()  # TCP, TCP_NODELAY, self.timeout
+        tls = None
         if self._tls is not None:
-            self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_name)
+            try:
+                tls = self._tls()
+            except (OSError, ValueError) as e:  # a missing or invalid CA or certificate file
+                raise SSLError(f"TLS settings: {e}") from e
+        super().connect()  # TCP, TCP_NODELAY, self.timeout
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=self._server_name)
 
 
 class Connections:
     """Keep-alive connections to ``url`` (``http://`` or ``https://host[:port][/prefix]``).
 
-    ``tls`` is the context for https (see :func:`tls_context`); ``server_name`` the TLS
-    server name (default: the URL's host); at most ``max_idle`` idle connections are kept.
-    Thread-safe: each request takes a connection of its own.
+    ``tls`` makes the TLS context of each new https connection (e.g. :func:`tls_context` of
+    a configuration; as urllib3 does, the CA and certificate files are read again for every
+    new connection, so files rotated in place, like a projected service-account ``ca.crt``,
+    are picked up); ``server_name`` the TLS server name (default: the URL's host); at most
+    ``max_idle`` idle connections are kept. Thread-safe: each request takes a connection of
+    its own.
     """
 
-    def __init__(self, url: str, tls: ssl.SSLContext | None = None, *,
+    def __init__(self, url: str, tls: Callable[[], ssl.SSLContext] | None = None, *,
                  server_name: str | None = None, max_idle: int = DEFAULT_MAX_IDLE) -> None:
         parts = urllib3.util.parse_url(url)
         if parts.scheme not in ("http", "https") or not parts.host:
@@ -184,26 +212,37 @@ class Connections:
         if self.https and tls is None:
             raise ValueError(f"API server URL {url!r}: https needs a TLS context")
         self.host = parts.host.strip("[]")
+        if server_name is None:  # an IPv6 zone id is not part of the name (urllib3 alike)
+            server_name = self.host.split("%", 1)[0]
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = (parts.path or "").rstrip("/")
         self._tls = tls if self.https else None
-        self._server_name = server_name or self.host
+        self._server_name = server_name
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._closed = False
 
     def request(self, method: str, target: str, body: bytes | None, headers: dict[str, str],
-                timeout: tuple[float, float], *, limit: int, error_limit: int) -> Reply:
-        """``method`` ``target`` (path and query, after the URL's prefix) with ``body``;
-        ``timeout`` is (connect, read) seconds, the read timeout per socket operation as in
-        urllib3. The answer is read as :func:`read_reply` says; a connection whose answer
-        was not read whole is closed, the others are kept."""
+                timeout: float | tuple[float, float], *, limit: int,
+                error_limit: int) -> Reply:
+        """``method`` ``target`` (path and query, after the URL's prefix) with ``body``.
+        ``timeout``: (connect, read) seconds, or one number of seconds for both together,
+        as urllib3's ``Timeout(total=...)``: the read timeout is what connecting left. A
+        read timeout holds per socket operation, as in urllib3. The answer is read as
+        :func:`read_reply` says; a connection whose answer was not read whole is closed,
+        the others are kept."""
         conn = self._take()
+        started = time.monotonic()
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         try:
             if conn.sock is None:
-                self._connect(conn, timeout[0])
-            conn.sock.settimeout(timeout[1])
+                self._connect(conn, connect)
+            if not isinstance(timeout, tuple):
+                read = timeout - (time.monotonic() - started)
+                if read <= 0:
+                    raise TimeoutError("no time left after connecting")
+            conn.sock.settimeout(read)
             conn.request(method, self.prefix + target, body=body, headers=headers)
             resp = conn.getresponse()
             reply, whole = read_reply(resp, limit, error_limit)
@@ -212,7 +251,7 @@ class Connections:
             if isinstance(e, TimeoutError):
                 # urllib3 names its pool here; retry.describe reads its host and port
                 raise ReadTimeoutError(self, target,  # type: ignore[arg-type]
-                                       f"Read timed out. (read timeout={timeout[1]})") from e
+                                       f"Read timed out. (read timeout={read:.3g})") from e
             raise ProtocolError("Connection aborted.", e) from e
         except BaseException:
             conn.close()
@@ -268,5 +307,6 @@ def _readable(sock: socket.socket) -> bool:
     bytes nobody asked for); either way it cannot carry a request."""
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
+    poller = select.poll()  # select() fails for descriptors of 1024 and above
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))

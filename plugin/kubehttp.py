@@ -36,9 +36,11 @@ are urllib3's on either path. Nothing retries here (urllib3's retries are off):
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
+from functools import partial
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
@@ -110,8 +112,8 @@ class Transport:
         self._auth: tuple[float, dict[str, str], list[tuple[str, str]]] | None = None
         # (host, pool manager, the host's pool, the host's path prefix)
         self._pool: tuple[str, Any, urllib3.HTTPConnectionPool, str] | None = None
-        # (host, its direct connections)
-        self._connections: tuple[str, Connections] | None = None
+        # (host, its direct connections or None: the configuration needs urllib3)
+        self._connections: tuple[str, Connections | None] | None = None
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None,
                 body: object = None, content_type: str = JSON, timeout: Timeout = None,
@@ -124,14 +126,17 @@ class Transport:
         target, headers, payload = self._prepare(method, path, query, body, content_type)
         direct = self._direct()
         if direct is not None:
-            connect, read = _seconds(timeout, self.request_timeout)
-            reply = direct.request(method, target, payload, headers, (connect, read),
+            reply = direct.request(method, target, payload, headers,
+                                   self.request_timeout if timeout is None else timeout,
                                    limit=max_bytes, error_limit=MAX_ERROR_BYTES)
         else:
             resp = self._urlopen(method, target, body=payload, headers=headers,
                                  preload_content=False, timeout=self._timeout(timeout))
             try:
                 reply, whole = read_reply(resp, max_bytes, MAX_ERROR_BYTES)
+            except http.client.IncompleteRead as e:  # urllib3 raises its own first, normally
+                whole = False
+                raise urllib3.exceptions.ProtocolError("Connection broken.", e) from e
             except BaseException:
                 whole = False
                 raise
@@ -175,10 +180,12 @@ class Transport:
         return resp
 
     def close(self) -> None:
-        """Close the idle direct connections (the urllib3 pool is the ApiClient's)."""
-        direct = self._connections
-        if direct is not None:
-            direct[1].close()
+        """Close the idle direct connections (the urllib3 pool is the ApiClient's); a later
+        request opens new ones."""
+        with self._lock:
+            cached, self._connections = self._connections, None
+        if cached is not None and cached[1] is not None:
+            cached[1].close()
 
     def _prepare(self, method: str, path: str, query: dict[str, Any] | None, body: object,
                  content_type: str) -> tuple[str, dict[str, str], bytes | None]:
@@ -208,13 +215,15 @@ class Transport:
             cached = self._connections
             if cached is not None and cached[0] == host:
                 return cached[1]
-            if not direct_supported(configuration):
-                return None
-            tls = tls_context(configuration) if host.startswith("https:") else None
-            direct = Connections(host, tls, server_name=configuration.tls_server_name or None,
-                                 max_idle=configuration.connection_pool_maxsize
-                                 or DEFAULT_MAX_IDLE)
-            if cached is not None:
+            direct = None
+            if direct_supported(configuration):
+                # a context per new connection: CA and certificate files rotated in place
+                tls = partial(tls_context, configuration) if host.startswith("https:") else None
+                direct = Connections(host, tls,
+                                     server_name=configuration.tls_server_name or None,
+                                     max_idle=configuration.connection_pool_maxsize
+                                     or DEFAULT_MAX_IDLE)
+            if cached is not None and cached[1] is not None:
                 cached[1].close()
             self._connections = (host, direct)
             return direct
@@ -262,11 +271,3 @@ class Transport:
             return urllib3.Timeout(connect=timeout[0], read=timeout[1])
         return urllib3.Timeout(total=timeout)
 
-
-def _seconds(timeout: Timeout, default: float) -> tuple[float, float]:
-    """(connect, read) seconds of ``timeout`` (one number: both; None: ``default``)."""
-    if timeout is None:
-        return default, default
-    if isinstance(timeout, tuple):
-        return timeout
-    return timeout, timeout

@@ -231,12 +231,23 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (d / f"{name}.ext").write_text(ext + "\n")
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
             "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+    # a second CA with a server certificate, and a certificate with the name only in its CN
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ca-2",
+        "-keyout", "ca2.key", "-out", "ca2.crt")
+    for name, ca, ext in (("server2", "ca2", "subjectAltName=DNS:apiserver.test"),
+                          ("cn-only", "ca", "basicConstraints=CA:FALSE")):
+        subj = "/CN=apiserver.test" if name == "cn-only" else f"/CN={name}"
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subj,
+            "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        (d / f"{name}.ext").write_text(ext + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
     return d
 
 
-def _tls_server_context(pki: Path, client_certs: bool) -> ssl.SSLContext:
+def _tls_server_context(pki: Path, client_certs: bool, name: str = "server") -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(pki / "server.crt", pki / "server.key")
+    ctx.load_cert_chain(pki / f"{name}.crt", pki / f"{name}.key")
     if client_certs:
         ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.load_verify_locations(pki / "ca.crt")
@@ -330,4 +341,66 @@ def test_a_large_chunked_answer_is_read_in_pieces_and_whole() -> None:
         assert t.json("GET", CLAIM)["items"][-1]["metadata"]["name"] == "s-2999"
         s.answer = _json_answer({"ok": 3})
         assert t.json("GET", CLAIM) == {"ok": 3}
+        assert s.connections == 1
+
+
+def test_a_ca_file_rotated_in_place_is_read_for_the_next_connection(pki: Path,
+                                                                     tmp_path: Path) -> None:
+    """As urllib3 does, each new connection reads the CA file again: a service account's
+    projected ca.crt replaced in place (CA rotation) does not need a restart."""
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes((pki / "ca.crt").read_bytes())
+    t = _transport("https://127.0.0.1:1", ssl_ca_cert=str(ca), tls_server_name="apiserver.test")
+    with _server(_tls_server_context(pki, client_certs=False)) as s:
+        t.api_client.configuration.host = f"https://127.0.0.1:{s.port}"
+        assert t.json("GET", CLAIM) == {"ok": True}
+    with _server(_tls_server_context(pki, client_certs=False, name="server2")) as s:
+        t.api_client.configuration.host = f"https://127.0.0.1:{s.port}"
+        with pytest.raises(urllib3.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+            t.json("GET", CLAIM)
+        ca.write_bytes((pki / "ca2.crt").read_bytes())  # rotated
+        assert t.json("GET", CLAIM) == {"ok": True}
+
+
+def test_a_name_only_in_the_common_name_is_refused(pki: Path) -> None:
+    with _server(_tls_server_context(pki, client_certs=False, name="cn-only")) as s:
+        t = _transport(f"https://127.0.0.1:{s.port}", ssl_ca_cert=str(pki / "ca.crt"),
+                       tls_server_name="apiserver.test")
+        with pytest.raises(urllib3.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+            t.json("GET", CLAIM)
+
+
+def test_unreadable_tls_files_are_a_retryable_ssl_error(tmp_path: Path) -> None:
+    with _server() as s:  # any listener: the TLS settings fail before a byte is sent
+        t = _transport(f"https://127.0.0.1:{s.port}", ssl_ca_cert=str(tmp_path / "missing.crt"))
+        with pytest.raises(urllib3.exceptions.SSLError, match=r"missing\.crt") as e:
+            t.json("GET", CLAIM)
+        assert classify(e.value) is ErrorKind.RETRYABLE
+
+
+def test_one_number_is_the_timeout_of_the_whole_request() -> None:
+    with _server() as s:
+        gate = threading.Event()
+        s.answer = lambda h: gate.wait(5)
+        t = _transport(f"http://127.0.0.1:{s.port}")
+        started = time.monotonic()
+        with pytest.raises(urllib3.exceptions.ReadTimeoutError) as e:
+            t.json("GET", CLAIM, timeout=0.3)
+        gate.set()
+        assert time.monotonic() - started < 1.0
+        read = float(str(e.value).rsplit("=", 1)[1].rstrip(")"))
+        assert 0 < read <= 0.3  # what connecting left of the 0.3 s
+
+
+def test_an_answer_without_a_body_keeps_the_connection() -> None:
+    with _server() as s:
+        def no_content(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(204)
+            h.send_header("Content-Length", "12")  # wrong, and ignored for a 204
+            h.end_headers()
+        s.answer = no_content
+        t = _transport(f"http://127.0.0.1:{s.port}")
+        assert t.request("DELETE", CLAIM).data == b""
+        s.answer = _json_answer({"ok": 4})
+        assert t.json("GET", CLAIM) == {"ok": 4}
         assert s.connections == 1
