@@ -99,13 +99,13 @@ class GoAgent:
     root: Path
 
     def slices(self) -> list[dict[str, object]]:
-        return [s for s in self.bench.apiserver.list_objects("resourceslices")
+        return [s for s in self.bench.apiserver.list_objects("resourceslices", copy=False)
                 if s["spec"].get("driver") == GO_DRIVER]
 
     def devices(self) -> list[tuple[str, str]]:
         """(pool, device) of every published device, in slice order."""
         out = []
-        for s in self.bench.apiserver.list_objects("resourceslices"):
+        for s in self.bench.apiserver.list_objects("resourceslices", copy=False):
             spec = s["spec"]
             if spec.get("driver") == GO_DRIVER:
                 out += [(spec["pool"]["name"], d["name"]) for d in spec.get("devices", [])]

@@ -24,7 +24,7 @@ RESYNC_WINDOW = 3.5
 
 
 def _device_count(h: DriverHarness) -> int:
-    return sum(len(s["spec"].get("devices", [])) for s in h.slices())
+    return sum(len(s["spec"].get("devices", [])) for s in h.slices(copy=False))
 
 
 def run_publish(cfg: BenchConfig) -> list[Result]:

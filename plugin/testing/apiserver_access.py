@@ -77,12 +77,17 @@ class InProcessAccess:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        copy: bool = True,
     ) -> list[dict[str, Any]]:
-        """Stored objects sorted by namespace/name; selectors as the API takes them."""
+        """Stored objects sorted by namespace/name; selectors as the API takes them.
+        ``copy=False`` returns the stored objects themselves, which must not be changed:
+        for wait loops that only read (copying 79 ResourceSlices of 10,000 devices takes
+        ~25 ms, under the interpreter lock this server's request threads need)."""
         info = _resource(resource)
         fields = parse_field_selector(field_selector, info.field_labels)
         labels = parse_label_selector(label_selector)
-        items, _ = self._store.select(info.plural, namespace, lambda o: fields(o) and labels(o))
+        items, _ = self._store.select(info.plural, namespace, lambda o: fields(o) and labels(o),
+                                      copy=copy)
         return items
 
     def update_object(

@@ -160,7 +160,7 @@ class DriverHarness:
         """True when at least one slice exists and, for every pool, all of its
         resourceSliceCount slices exist with one generation (a whole pool is published)."""
         pools: dict[str, list[dict[str, Any]]] = {}
-        for s in self.slices():
+        for s in self.slices(copy=False):
             pools.setdefault(s["spec"]["pool"]["name"], []).append(s["spec"]["pool"])
         return bool(pools) and all(
             len(ps) == ps[0]["resourceSliceCount"]
@@ -273,11 +273,13 @@ class DriverHarness:
             time.sleep(interval)
         raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
 
-    def slices(self) -> list[dict[str, Any]]:
-        """This driver's ResourceSlices of this node (v1 JSON)."""
+    def slices(self, *, copy: bool = True) -> list[dict[str, Any]]:
+        """This driver's ResourceSlices of this node (v1 JSON). ``copy=False``: the API
+        server's stored objects, read-only (see ``EmbeddedAPIServer.list_objects``), for
+        checks that only read them; the waits of this harness use it."""
         return [
             s
-            for s in self.apiserver.list_objects("resourceslices")
+            for s in self.apiserver.list_objects("resourceslices", copy=copy)
             if s["spec"].get("driver") == self.driver_name
             and s["spec"].get("nodeName") == self.node_name
         ]
@@ -286,7 +288,7 @@ class DriverHarness:
         """(pool, device) of every published device, in slice order."""
         return [
             (s["spec"]["pool"]["name"], d["name"])
-            for s in self.slices()
+            for s in self.slices(copy=False)
             for d in s["spec"].get("devices", [])
         ]
 

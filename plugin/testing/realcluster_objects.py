@@ -73,9 +73,11 @@ class ClusterObjects(ClusterREST):
             raise
 
     def list_objects(self, resource: str, namespace: str | None = None, *,
-                     label_selector: str | None = None,
-                     field_selector: str | None = None) -> list[dict[str, Any]]:
-        """Objects sorted by namespace/name (v1 shape); selectors as the API takes them."""
+                     label_selector: str | None = None, field_selector: str | None = None,
+                     copy: bool = True) -> list[dict[str, Any]]:
+        """Objects sorted by namespace/name (v1 shape); selectors as the API takes them.
+        ``copy`` is accepted as :class:`~drakit.plugin.testing.EmbeddedAPIServer` takes it;
+        the objects read here are always the caller's own."""
         query = {k: v for k, v in (("labelSelector", label_selector),
                                    ("fieldSelector", field_selector)) if v}
         answer = self.request("GET", self._path(resource, namespace or ""), query=query)

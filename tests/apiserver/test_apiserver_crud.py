@@ -334,3 +334,17 @@ def test_concurrent_writers(server: EmbeddedAPIServer, api_client: client.ApiCli
     assert stored is not None and len(stored["metadata"]["labels"]) == 40
     patches = server.requests(verb="patch")
     assert len(patches) == 40 and all(r.status_code == 200 for r in patches)
+
+
+def test_list_objects_without_copies_reads_the_stored_objects(
+        server: EmbeddedAPIServer, resource_api: client.ResourceV1Api) -> None:
+    """``copy=False`` hands out the stored objects (read-only, for wait loops); the default
+    hands out copies the caller may change."""
+    resource_api.create_resource_slice(make_slice("s1"))
+    a = server.list_objects("resourceslices", copy=False)
+    b = server.list_objects("resourceslices", copy=False)
+    assert [o["metadata"]["name"] for o in a] == ["s1"] and a[0] is b[0]
+    mine = server.list_objects("resourceslices")
+    assert mine == a and mine[0] is not a[0]
+    mine[0]["spec"]["devices"] = []
+    assert server.list_objects("resourceslices", copy=False)[0]["spec"]["devices"]
