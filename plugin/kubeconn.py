@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import urllib3
+from kubernetes.client.rest import should_bypass_proxies
 from urllib3.exceptions import (
     ConnectTimeoutError,
     NewConnectionError,
@@ -78,23 +79,22 @@ def read_reply(resp: Any, limit: int, error_limit: int) -> tuple[Reply, bool]:
     Also returns whether it was read whole (else its connection cannot carry another
     request). An answer shorter than its Content-Length raises ``http.client.IncompleteRead``
     (urllib3's own responses raise ``ProtocolError`` first)."""
-    status = resp.status
+    status, reason, headers = resp.status, resp.reason or "", resp.headers
     if status in (204, 304) or 100 <= status < 200:  # no body, whatever the headers say
-        return Reply(status, resp.reason or "", resp.headers, resp.read(), None), True
-    declared = resp.headers.get("Content-Length")
+        return Reply(status, reason, headers, resp.read(), None), True
+    declared = headers.get("Content-Length")
     size = int(declared) if declared is not None and declared.isdigit() else None
-    if 200 <= status <= 299:
-        if size is not None and size > limit:
-            return Reply(status, resp.reason or "", resp.headers, b"", size), False
-        data = _read_at_most(resp, limit + 1 if size is None else size)
-    else:
-        data = _read_at_most(resp, error_limit if size is None else min(size, error_limit))
-    if size is not None and len(data) < min(size, limit if 200 <= status <= 299
-                                           else error_limit):
+    ok = 200 <= status <= 299
+    if ok and size is not None and size > limit:
+        return Reply(status, reason, headers, b"", size), False  # refused unread
+    cap = limit if ok else error_limit
+    want = (limit + 1 if ok else error_limit) if size is None else min(size, cap)
+    data = _read_at_most(resp, want)
+    if size is not None and len(data) < want:
         # the connection ended early (http.client returns what came)
         raise http.client.IncompleteRead(data, size - len(data))
     whole = size == len(data) if size is not None else resp.isclosed()
-    return Reply(status, resp.reason or "", resp.headers, data, size), whole
+    return Reply(status, reason, headers, data, size), whole
 
 
 #: Bytes asked for at a time from an answer without a Content-Length (a read of n bytes
@@ -121,8 +121,6 @@ def direct_supported(configuration: Any) -> bool:
     """True when :class:`Connections` can do what urllib3 would for ``configuration`` (a
     ``kubernetes.client.Configuration``): no proxy in use, no socket options (nor
     ``keep_alive``), ``assert_hostname`` None or a boolean."""
-    from kubernetes.client.rest import should_bypass_proxies
-
     proxy = configuration.proxy
     if proxy and not should_bypass_proxies(configuration.host, configuration.no_proxy or ""):
         return False

@@ -173,10 +173,12 @@ class Transport:
         resp = self._urlopen(method, target, body=None, headers=headers,
                              preload_content=False, timeout=self._timeout(timeout))
         if not 200 <= resp.status <= 299:
-            data = resp.read(MAX_ERROR_BYTES)
-            resp.close()
-            resp.release_conn()
-            raise _error(Reply(resp.status, resp.reason or "", resp.headers, data, None))
+            try:
+                reply, _ = read_reply(resp, 0, MAX_ERROR_BYTES)
+            finally:
+                resp.close()
+                resp.release_conn()
+            raise _error(reply)
         return resp
 
     def close(self) -> None:
