@@ -47,8 +47,14 @@ class FakeMonitor:
         try:
             return self.events.get_nowait()
         except queue.Empty:
-            with contextlib.suppress(BlockingIOError):
-                os.read(self.r, 4096)
+            pass
+        # Drain the wake-up bytes, then look again: an event put between the first look and
+        # the drain would otherwise lose its wake-up and wait in the queue unseen.
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.r, 4096)
+        try:
+            return self.events.get_nowait()
+        except queue.Empty:
             return None
 
     def close(self) -> None:
