@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
@@ -181,7 +180,8 @@ def run_claims(cfg: BenchConfig) -> list[Result]:
             floor.samples.extend(fsync_floor_ms(h.cdi_dir, probes))
         results = latency_results("", lat)
         grpc_floor = Result("grpc_floor", samples=[
-            percentile(grpc_round_trips_ms(h, calls), 50) for _ in range(rounds)])
+            percentile(grpc_round_trips_ms(h.kubelet, h.driver_name, calls), 50)
+            for _ in range(rounds)])
         get_floor = Result("claim_get_floor", samples=[
             percentile(claim_get_ms(h.apiserver, claims[0], calls), 50) for _ in range(rounds)])
         grpc_floor.notes.append(
@@ -218,10 +218,11 @@ def run_claims(cfg: BenchConfig) -> list[Result]:
     return results
 
 
-def grpc_round_trips_ms(h: Any, n: int) -> list[float]:
-    """Milliseconds of ``n`` Registration.GetInfo calls on the agent's registration socket
-    (after 20 warm-up calls): the gRPC cost of a call without any plugin work."""
-    sock = h.kubelet.registered_plugins(h.driver_name)[-1].registration_socket
+def grpc_round_trips_ms(kubelet: FakeKubelet, driver: str, n: int) -> list[float]:
+    """Milliseconds of ``n`` Registration.GetInfo calls on the registration socket of
+    ``driver``'s newest instance at ``kubelet`` (after 20 warm-up calls, on a channel of
+    their own): the gRPC cost of a call without any plugin work, whatever implements it."""
+    sock = kubelet.registered_plugins(driver)[-1].registration_socket
     with grpc.insecure_channel(f"unix:{sock}") as channel:
         stub = reg_grpc.RegistrationStub(channel)
         return timed_ms(lambda: stub.GetInfo(reg_pb2.InfoRequest(), timeout=CALL_TIMEOUT), n)

@@ -31,7 +31,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.claims import CALLERS, ClaimBench, ClaimRef, _fan_out, latency_ms, throughput
+from bench.claims import (
+    CALLERS,
+    ClaimBench,
+    ClaimRef,
+    _fan_out,
+    grpc_round_trips_ms,
+    latency_ms,
+    throughput,
+)
 from bench.env import (
     BenchConfig,
     agent,
@@ -51,6 +59,9 @@ ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no stat
 #: Latency blocks per round and arm, and the prepare → unprepare pairs in each block.
 LATENCY_BLOCKS = 6
 PAIRS_PER_BLOCK = 50
+#: GetInfo calls per gRPC floor probe (one probe per arm before and one after its latency
+#: blocks).
+GRPC_PROBES = 100
 
 #: figure → unit of the arms' values (the figure itself is a ratio)
 FIGURES: dict[str, str] = {
@@ -184,17 +195,26 @@ def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None
     blocks, per_block = cfg.scale(LATENCY_BLOCKS, 2), cfg.scale(PAIRS_PER_BLOCK, 5)
     acc = {name: _Latency() for name in order}
     floor: dict[str, list[float]] = {name: [] for name in order}
-    for name in order:
-        floor[name] += fsync_floor_ms(arms[name].cdi_dir, cfg.scale(10, 2))
+    grpc_floor: dict[str, list[float]] = {name: [] for name in order}
+
+    def probe_floors() -> None:
+        for name in order:
+            floor[name] += fsync_floor_ms(arms[name].cdi_dir, cfg.scale(10, 2))
+            bench = arms[name].bench
+            grpc_floor[name] += grpc_round_trips_ms(bench.kubelet, bench.driver,
+                                                    cfg.scale(GRPC_PROBES, 5))
+
+    probe_floors()
     for b in range(blocks):
         for name in order[b % len(order):] + order[:b % len(order)]:
             arm = arms[name]
             _latency_block(arm, arm.bench.claims(f"lat{r}.{b}", [arm.devices[0]] * per_block),
                            acc[name])
+    probe_floors()
     for name in order:
-        floor[name] += fsync_floor_ms(arms[name].cdi_dir, cfg.scale(10, 2))
         a = acc[name]
         out.add("fsync_floor", name, percentile(floor[name], 50))
+        out.add("grpc_floor", name, percentile(grpc_floor[name], 50))
         out.add("vsgo_claim_cpu", name, a.cpu / len(a.prep) * 1000)
         out.add("vsgo_prepare_p50", name, percentile(a.prep, 50))
         out.add("vsgo_prepare_p99", name, percentile(a.prep, 99))
@@ -247,6 +267,33 @@ def library_rss_floor_mb(libraries: Sequence[str] = LIBRARIES) -> float:
         proc.wait(10)
 
 
+def _grpc_floor_notes(results: list[Result], samples: Samples) -> None:
+    """The gRPC floor of each arm (``grpc_floor_ms`` in the prepare p50's extra) and, on the
+    p50 figures, what the ratio is without the part of it no plugin code can remove: the
+    difference of the two servers' GetInfo round trips, per round."""
+    floors = samples.values.get("grpc_floor", {})
+    d, gs = floors.get("drakit", []), floors.get("go_status", [])
+    if not d or not gs:
+        return
+    results[0].extra["grpc_floor_ms"] = {a: [round(x, 3) for x in v] for a, v in floors.items()}
+    extra_ms = [a - b for a, b in zip(d, gs, strict=False)]
+    for r in results:
+        if r.name not in ("vsgo_prepare_p50", "vsgo_unprepare_p50"):
+            continue
+        arms = zip(r.extra.get("drakit", []), r.extra.get("go_status", []), extra_ms,
+                   strict=False)
+        without = [(a - x) / b for a, b, x in arms if b > 0]
+        if not without:
+            continue
+        r.extra["ratio_without_grpc_difference"] = [round(x, 4) for x in without]
+        r.notes.append(
+            f"gRPC floor in these rounds: Registration.GetInfo (no plugin work behind it) "
+            f"takes {percentile(d, 50):.2f} ms on drakit's server (grpcio) and "
+            f"{percentile(gs, 50):.2f} ms on the Go driver's (grpc-go), from the same Python "
+            f"client; with that difference taken out of each round, the ratio is "
+            f"{percentile(without, 50):.2f} ({min(without):.2f}-{max(without):.2f})")
+
+
 def run_vsgo(cfg: BenchConfig) -> list[Result]:
     binary, reason = ensure_go_driver()
     if binary is None:
@@ -271,6 +318,7 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
             f"driver makes 3 per prepare ({3 * f:.2f} ms), drakit 2 with the example plugin, "
             f"whose prepare declares prepare_changes_node = False, the CDI spec's without "
             f"the directory fsync (< {2 * f:.2f} ms)")
+    _grpc_floor_notes(results, samples)
     rss = next(r for r in results if r.name == "vsgo_rss_idle")
     go_idle = rss.extra.get("go_status") or []
     floor_mb = library_rss_floor_mb()

@@ -17,7 +17,7 @@ import pytest
 from bench.env import NODE, BenchConfig, wait_until
 from bench.figures import Result
 from bench.godriver import GO_DRIVER, ensure_go_driver, go_agent
-from bench.vsgo import FIGURES, PUBLISH_FIGURE, side_by_side
+from bench.vsgo import FIGURES, PUBLISH_FIGURE, Samples, _grpc_floor_notes, side_by_side
 
 pytestmark = pytest.mark.skipif(shutil.which("go") is None,
                                 reason="no Go toolchain: the Go reference driver is not built")
@@ -87,6 +87,26 @@ def test_side_by_side_table() -> None:
     assert side_by_side({}) == ""
 
 
+def test_grpc_floor_notes_take_the_servers_difference_out_per_round() -> None:
+    """Round 1: drakit 5.0 ms, Go 4.0 ms, GetInfo 0.6 against 0.3 ms: (5.0 - 0.3) / 4.0."""
+    p50 = Result("vsgo_prepare_p50", samples=[1.25, 1.0])
+    p50.extra.update(drakit=[5.0, 4.0], go_status=[4.0, 4.0])
+    p99 = Result("vsgo_prepare_p99", samples=[1.0])
+    samples = Samples()
+    for arm, values in (("drakit", [0.6, 0.5]), ("go_status", [0.3, 0.3])):
+        for v in values:
+            samples.add("grpc_floor", arm, v)
+    _grpc_floor_notes([p50, p99], samples)
+    assert p50.extra["ratio_without_grpc_difference"] == [1.175, 0.95]
+    assert p50.extra["grpc_floor_ms"] == {"drakit": [0.6, 0.5], "go_status": [0.3, 0.3]}
+    assert "0.55 ms on drakit's server" in p50.notes[0] and "0.30 ms on the Go" in p50.notes[0]
+    assert "ratio is 1.06 (0.95-1.18)" in p50.notes[0]
+    assert not p99.notes and "ratio_without_grpc_difference" not in p99.extra
+    untouched = Result("vsgo_prepare_p50", samples=[1.0])
+    _grpc_floor_notes([untouched], Samples())  # no probes: nothing claimed
+    assert not untouched.notes and not untouched.extra
+
+
 @pytest.mark.slow
 def test_quick_go_groups(tmp_path: Path) -> None:
     """``--quick --only go,go_publish``: one round of every arm, the side-by-side table."""
@@ -105,3 +125,5 @@ def test_quick_go_groups(tmp_path: Path) -> None:
         for arm in ("drakit", "go_status", "go"):
             assert len(f["extra"][arm]) == 1 and f["extra"][arm][0] > 0, (name, arm)
     assert not list(tmp_path.glob("drakit-bench-*")), "temporary directories left behind"
+    floors = figures["vsgo_prepare_p50"]["extra"]["grpc_floor_ms"]
+    assert all(len(floors[arm]) == 1 and floors[arm][0] > 0 for arm in ("drakit", "go_status"))
