@@ -43,7 +43,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
 from drakit.discovery.plugin import ClaimRef, PreparedDevice
-from drakit.plugin.admission import Admission, admit, drop_started, record
+from drakit.plugin.admission import Admission, DeviceHolders, admit, drop_started, record
 from drakit.plugin.checkpoint import Checkpoint, CheckpointError, CheckpointState, ClaimRecord
 from drakit.plugin.claimdevices import (
     ClaimDevices,
@@ -126,6 +126,7 @@ class Prepare:
         self.reservations = reservations
         self._readers: ThreadPoolExecutor | None = None
         self._readers_lock = threading.Lock()
+        self._holders = DeviceHolders()  # used under the checkpoint's lock only
 
     def run(self, refs: list[ClaimRef], deadline: float) -> dict[str, PrepareResult]:
         """One PrepareResult per claim of ``refs`` (validated, distinct); ``deadline``
@@ -204,7 +205,7 @@ class Prepare:
         computed before the lock; ``early``: their started records; ``errors``: those that
         failed); record the others ``PrepareStarted`` and those ``PrepareCompleted``."""
         got = admit(state.claims, state.unprepared, plans, owner,
-                    self.checkpoint.owner_alive, time.time())
+                    self.checkpoint.owner_alive, time.time(), self._holders)
         for p in plans:
             started = got.started.get(p.ref.uid)
             if started is None or p.ref.uid not in pure:

@@ -21,6 +21,8 @@ not slowed by the status of the first pods).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -181,6 +183,10 @@ class StatusWriter:
         self._cond = threading.Condition()
         # claim UID → its desired status; in first-queued order
         self._pending: dict[str, _Want] = {}
+        # (due, sequence, claim UID) of every desired state queued: a heap; an entry whose
+        # claim is no longer pending with that due is skipped when it comes up
+        self._due: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
         # UIDs of claims queued by write() here (their whole history is known) and, of
         # those, the ones an apply with entries was sent for since their last removal
         self._written: set[str] = set()
@@ -232,7 +238,7 @@ class StatusWriter:
         with self._cond:
             queued = self._pending.pop(claim.uid, None)
             since = queued.since if queued is not None else now
-            self._pending[claim.uid] = _Want(claim, entries, since, due=now)
+            self._queue(_Want(claim, entries, since, due=now))
             self._cond.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -250,12 +256,21 @@ class StatusWriter:
             self._cond.notify_all()
         self._thread.join(timeout)
 
+    def _queue(self, want: _Want) -> None:
+        """Make ``want`` its claim's desired state (called with ``_cond`` held)."""
+        self._pending[want.claim.uid] = want
+        heapq.heappush(self._due, (want.due, next(self._seq), want.claim.uid))
+
     def _next_due(self) -> tuple[str | None, float]:
-        """(UID of the earliest due claim, seconds until it is due); (None, inf) when empty."""
-        if not self._pending:
-            return None, float("inf")
-        uid = min(self._pending, key=lambda u: self._pending[u].due)
-        return uid, self._pending[uid].due - time.monotonic()
+        """(UID of the earliest due claim, seconds until it is due); (None, inf) when empty.
+        The earliest due of the first queued wins a tie. Called with ``_cond`` held."""
+        while self._due:
+            due, _, uid = self._due[0]
+            want = self._pending.get(uid)
+            if want is not None and want.due == due:
+                return uid, due - time.monotonic()
+            heapq.heappop(self._due)  # taken, replaced or rescheduled since
+        return None, float("inf")
 
     def _run(self) -> None:
         while True:
@@ -336,7 +351,7 @@ class StatusWriter:
         want.due = now + self.backoff.wait_after(e, want.attempts)
         with self._cond:
             if claim.uid not in self._pending:  # else a newer desired state replaced it
-                self._pending[claim.uid] = want
+                self._queue(want)
 
     def _nothing_applied(self, uid: str) -> None:
         """None of our entries is on claim ``uid`` (removed, gone or re-created)."""

@@ -3,12 +3,20 @@ owner liveness in, a decision per claim out; no files, no checkpoint."""
 
 from __future__ import annotations
 
+import random
 from typing import Any, cast
 
 import pytest
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.admission import Admission, admit, drop_started, record
+from drakit.plugin.admission import (
+    Admission,
+    DeviceHolders,
+    admit,
+    device_holders,
+    drop_started,
+    record,
+)
 from drakit.plugin.checkpoint import (
     CheckpointState,
     ClaimRecord,
@@ -45,7 +53,14 @@ def held(uid: str, *devices: str, phase: Any = "PrepareCompleted", owner: str = 
 def decide(plans: list[Plan], claims: dict[str, ClaimRecord] | None = None,
            marks: dict[str, UnpreparedRecord] | None = None,
            alive: frozenset[str | None] = frozenset({ME})) -> Admission:
-    return admit(claims or {}, marks or {}, plans, ME, lambda o: o in alive, NOW)
+    """The decision, checked to be the same with a :class:`DeviceHolders` that saw an
+    unrelated map first as without one."""
+    got = admit(claims or {}, marks or {}, plans, ME, lambda o: o in alive, NOW)
+    holders = DeviceHolders()
+    holders.of({"x": held("x", "d0", "d9")})
+    assert admit(claims or {}, marks or {}, plans, ME, lambda o: o in alive, NOW,
+                 holders) == got
+    return got
 
 
 def test_free_device_is_admitted_with_its_planned_record() -> None:
@@ -134,3 +149,29 @@ def test_drop_started_drops_only_this_owners_started_records() -> None:
               "c": held("c", phase="PrepareStarted", owner=OTHER)}
     drop_started(claims, ["a", "b", "c", "missing"], ME)
     assert set(claims) == {"b", "c"}
+
+
+def test_device_holders_follow_a_changing_map_like_a_fresh_walk() -> None:
+    """Records added, replaced (new objects, other devices), kept (same object) and removed,
+    in random order: the kept-up-to-date holders always equal a walk over the map."""
+    rnd = random.Random(7)
+    holders = DeviceHolders()
+    claims: dict[str, ClaimRecord] = {}
+    for step in range(400):
+        uid = f"u{rnd.randrange(12)}"
+        if uid in claims and rnd.random() < 0.35:
+            del claims[uid]
+        elif rnd.random() < 0.8:
+            devices = rnd.sample([f"d{i}" for i in range(6)], rnd.randrange(0, 3))
+            claims[uid] = held(uid, *devices, admin=rnd.random() < 0.2)
+        want = {k: list(v) for k, v in device_holders(claims).items()}
+        got = {k: sorted(v) for k, v in holders.of(dict(claims)).items()}
+        assert got == {k: sorted(v) for k, v in want.items()}, step
+
+
+def test_any_other_holder_makes_a_device_busy() -> None:
+    """Two records hold d0 (a state no admission makes, e.g. a hand-edited checkpoint): a
+    claim that is one of them is still refused for the other."""
+    claims = {"a": held("a", "d0", phase="PrepareStarted"), "b": held("b", "d0")}
+    got = decide([plan("a", "d0")], claims)
+    assert "still prepared for claim b" in got.refused["a"]

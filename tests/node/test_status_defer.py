@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Any
 
+from urllib3.exceptions import ProtocolError
+
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.activity import KubeletCalls
 from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
@@ -115,5 +117,40 @@ def test_without_calls_nothing_waits() -> None:
         writer.write(*_claim(0))
         assert writer.flush(5)
         assert len(api.calls) == 1
+    finally:
+        writer.stop()
+
+
+class FlakyAPI(RecordingAPI):
+    """Fails the first ``failures`` applies of claim ``c0`` with a transient error."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def apply_claim_status_devices(self, namespace: str, name: str,
+                                   entries: list[dict[str, Any]], field_manager: str,
+                                   uid: str | None = None) -> Any:
+        with self.lock:
+            if name == "c0" and self.failures:
+                self.failures -= 1
+                self.calls.append(("failed", name, time.monotonic()))
+                raise ProtocolError("connection reset")
+        super().apply_claim_status_devices(namespace, name, entries, field_manager, uid)
+
+
+def test_a_retry_waits_its_backoff_behind_the_claims_queued_after_it() -> None:
+    """Claims go out in queue order; one whose apply failed is due again after its backoff,
+    so the claims queued meanwhile go first, and its retries still come."""
+    api = FlakyAPI(failures=2)
+    writer = StatusWriter(api, "drv.example.com")
+    try:
+        for i in range(6):
+            writer.write(*_claim(i))
+        assert writer.flush(10)
+        applied = [c[1] for c in api.calls if c[0] == "apply"]
+        assert applied == ["c1", "c2", "c3", "c4", "c5", "c0"], api.calls
+        assert [c[1] for c in api.calls if c[0] == "failed"] == ["c0", "c0"]
+        assert writer.writes == 6 and writer.behind == 0
     finally:
         writer.stop()
