@@ -40,6 +40,16 @@ def _run(argv: Sequence[str]) -> int:
             pass
     finally:
         app.stop()
+    stuck = app.kubelet_calls.in_flight
+    if stuck:
+        # A discovery plugin's prepare/unprepare hook that never returns: its gRPC worker
+        # thread would be joined at interpreter exit, forever (until the kubelet's SIGKILL).
+        log.error("%d kubelet call(s) still running after the stop's grace period (a discovery "
+                  "plugin's prepare or unprepare hook that does not return); exiting without "
+                  "waiting for them", stuck)
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(1)
     log.info("stopped")
     return 0
 
