@@ -13,7 +13,9 @@ Per round and arm: RSS idle (1,000 devices published, no claim, 1 s after the pu
 (order rotated per block), so the arms' latencies are measured seconds apart and a slow
 minute of the 2 shared cores hits all of them: prepare p50 / p99, unprepare p50 / p99 at the
 fake kubelet and the agent's CPU per pair (counted per block until its status writes
-stopped); one throughput burst (256 claims, 16 callers); RSS with 1,000 claims prepared.
+stopped); :data:`THROUGHPUT_BURSTS` throughput bursts (256 claims, 16 callers), interleaved
+across the arms like the latency blocks, the median burst per arm; RSS with 1,000 claims
+prepared.
 Cold publish: per round a fresh drakit and a fresh Go agent with 10,000 devices, from spawn
 until every device is in a ResourceSlice.
 
@@ -59,6 +61,8 @@ ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no stat
 #: Latency blocks per round and arm, and the prepare → unprepare pairs in each block.
 LATENCY_BLOCKS = 6
 PAIRS_PER_BLOCK = 50
+#: Throughput bursts per round and arm (interleaved across the arms; the median counts).
+THROUGHPUT_BURSTS = 3
 #: GetInfo calls per gRPC floor probe (one probe per arm before and one after its latency
 #: blocks).
 GRPC_PROBES = 100
@@ -166,14 +170,26 @@ def _latency_block(arm: Arm, claims: Sequence[ClaimRef], acc: _Latency) -> None:
     acc.unprep += unprep
 
 
-def _loaded(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None:
-    """The throughput burst, then RSS with one claim prepared per device."""
-    bench = arm.bench
+def _throughput(cfg: BenchConfig, arms: dict[str, Arm], order: list[str], r: int,
+                out: Samples) -> None:
+    """:data:`THROUGHPUT_BURSTS` bursts per arm, interleaved (each turn runs every arm once,
+    in an order rotated per turn); the round's figure is each arm's median burst."""
     n_tp = cfg.scale(256, 32)
-    tp = throughput(bench, bench.claims(f"tp{r}", arm.devices[:n_tp]), pid=arm.pid,
-                    expect_status=arm.writes_status)
-    out.add("vsgo_throughput", name, tp.rate)
-    _settle_status(bench)
+    rates: dict[str, list[float]] = {name: [] for name in order}
+    for t in range(cfg.scale(THROUGHPUT_BURSTS, 1)):
+        for name in order[t % len(order):] + order[:t % len(order)]:
+            arm = arms[name]
+            tp = throughput(arm.bench, arm.bench.claims(f"tp{r}.{t}", arm.devices[:n_tp]),
+                            pid=arm.pid, expect_status=arm.writes_status)
+            rates[name].append(tp.rate)
+            _settle_status(arm.bench)
+    for name in order:
+        out.add("vsgo_throughput", name, percentile(rates[name], 50))
+
+
+def _loaded(arm: Arm, name: str, r: int, out: Samples) -> None:
+    """RSS with one claim prepared per device."""
+    bench = arm.bench
     loaded = bench.claims(f"mem{r}", arm.devices)
     before = _status_writes(bench)
     _fan_out(bench.prepare, loaded, CALLERS, 300.0)
@@ -187,7 +203,7 @@ def _loaded(cfg: BenchConfig, arm: Arm, name: str, r: int, out: Samples) -> None
 def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None:
     """One round with every arm running: idle RSS and warm-up; then the latency pairs in
     interleaved blocks (each block runs every arm once, in an order rotated per block);
-    then per arm the throughput burst and the loaded RSS."""
+    then the throughput bursts, interleaved the same way; then per arm the loaded RSS."""
     order = list(arms)
     time.sleep(1.0)
     for name in order:
@@ -220,8 +236,9 @@ def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None
         out.add("vsgo_prepare_p99", name, percentile(a.prep, 99))
         out.add("vsgo_unprepare_p50", name, percentile(a.unprep, 50))
         out.add("vsgo_unprepare_p99", name, percentile(a.unprep, 99))
+    _throughput(cfg, arms, order, r, out)
     for name in order:
-        _loaded(cfg, arms[name], name, r, out)
+        _loaded(arms[name], name, r, out)
 
 
 def _order(r: int) -> list[str]:
