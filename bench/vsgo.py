@@ -177,7 +177,7 @@ def _throughput(cfg: BenchConfig, arms: dict[str, Arm], order: list[str], r: int
     n_tp = cfg.scale(256, 32)
     rates: dict[str, list[float]] = {name: [] for name in order}
     for t in range(cfg.scale(THROUGHPUT_BURSTS, 1)):
-        for name in order[t % len(order):] + order[:t % len(order)]:
+        for name in _rotated(order, t):
             arm = arms[name]
             tp = throughput(arm.bench, arm.bench.claims(f"tp{r}.{t}", arm.devices[:n_tp]),
                             pid=arm.pid, expect_status=arm.writes_status)
@@ -222,7 +222,7 @@ def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None
 
     probe_floors()
     for b in range(blocks):
-        for name in order[b % len(order):] + order[:b % len(order)]:
+        for name in _rotated(order, b):
             arm = arms[name]
             _latency_block(arm, arm.bench.claims(f"lat{r}.{b}", [arm.devices[0]] * per_block),
                            acc[name])
@@ -241,9 +241,14 @@ def _round(cfg: BenchConfig, arms: dict[str, Arm], r: int, out: Samples) -> None
         _loaded(arms[name], name, r, out)
 
 
+def _rotated(names: Sequence[str], k: int) -> list[str]:
+    """``names`` rotated left by ``k`` (modulo their number): who goes first takes turns."""
+    k %= len(names)
+    return [*names[k:], *names[:k]]
+
+
 def _order(r: int) -> list[str]:
-    k = r % len(ARMS)
-    return list(ARMS[k:] + ARMS[:k])
+    return _rotated(ARMS, r)
 
 
 def _results(samples: Samples, figures: Sequence[str], rounds: int) -> list[Result]:

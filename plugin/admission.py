@@ -51,14 +51,10 @@ class Admission:
 Holders = Mapping[tuple[str, str], Mapping[str, None]]
 
 
-def device_holders(claims: Mapping[str, ClaimRecord]) -> dict[tuple[str, str], dict[str, None]]:
+def device_holders(claims: Mapping[str, ClaimRecord]) -> Holders:
     """(pool, device) → the UIDs of the claims recorded for it (adminAccess results
     excluded): what the device-busy rule checks."""
-    held: dict[tuple[str, str], dict[str, None]] = {}
-    for uid, rec in claims.items():
-        for key in _held_by(rec):
-            held.setdefault(key, {})[uid] = None
-    return held
+    return DeviceHolders().of(claims)
 
 
 class DeviceHolders:
