@@ -1,11 +1,14 @@
 """drakit against the Go reference driver (``bench/go``, issue 18), side by side in one run.
 
-Three arms, each a fresh agent per round behind its own fake kubelet and embedded API server
+Four arms, each a fresh agent per round behind its own fake kubelet and embedded API server
 (all in this process, as in the claims group): ``drakit`` (``drakit run``, example
 discoverer with 1,000 generated devices, on the runtime venv of :mod:`bench.runtime`),
 ``go_status`` (the Go driver on ``k8s.io/dynamic-resource-allocation`` v0.37.2 applying
-AllocatedDeviceStatus in prepare and unprepare) and ``go`` (the same without status). The
-three run side by side within a round and take turns, in an order rotated every round.
+AllocatedDeviceStatus in prepare and unprepare), ``go`` (the same without status) and
+``drakit_nostatus`` (``drakit run --no-device-status``), the like-for-like partner of ``go``:
+it shows in the same run what drakit's background status applies cost its own calls while
+the embedded API server processes them on the same 2 cores. The arms run side by side
+within a round and take turns, in an order rotated every round.
 
 Per round and arm: RSS idle (1,000 devices published, no claim, 1 s after the publish);
 300 sequential prepare → unprepare pairs (1 claim x 1 device) after 30 warm-up pairs, in
@@ -21,7 +24,7 @@ until every device is in a ResourceSlice.
 
 Each ``vsgo_*`` figure's samples are the per-round ratios drakit / Go-with-status (its goal
 from issue 18); ``extra`` keeps every arm's per-round values and the ratios to Go without
-status.
+status; :func:`side_by_side` prints both pairings, with status and without.
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ from bench.godriver import ensure_go_driver, go_agent
 from bench.runtime import runtime_python
 from bench.stats import percentile, summarize
 
-ARMS = ("drakit", "go_status", "go")
-ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no status)"}
+ARMS = ("drakit", "go_status", "go", "drakit_nostatus")
+ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no status)",
+              "drakit_nostatus": "drakit (no status)"}
 #: Latency blocks per round and arm, and the prepare → unprepare pairs in each block.
 LATENCY_BLOCKS = 6
 PAIRS_PER_BLOCK = 50
@@ -131,11 +135,13 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 @contextlib.contextmanager
 def _arm(cfg: BenchConfig, name: str, binary: Path | None, n: int) -> Iterator[Arm]:
-    if name == "drakit":
-        with agent(cfg, "vsgo-", plugin_options=example_options(n)) as h:
+    if name in ("drakit", "drakit_nostatus"):
+        status = name == "drakit"
+        with agent(cfg, "vsgo-", plugin_options=example_options(n),
+                   extra_args=() if status else ("--no-device-status",)) as h:
             _wait(lambda: len(h.devices()) >= n, 60, f"{n} drakit devices published")
             yield Arm(ClaimBench(h.kubelet, h.apiserver, h.driver_name), agent_pid(h),
-                      h.devices(), writes_status=True, cdi_dir=h.cdi_dir)
+                      h.devices(), writes_status=status, cdi_dir=h.cdi_dir)
         return
     assert binary is not None
     with go_agent(cfg, binary, devices=n, write_status=name == "go_status") as g:
@@ -255,15 +261,19 @@ def _results(samples: Samples, figures: Sequence[str], rounds: int) -> list[Resu
     out = []
     for name in figures:
         per_arm = samples.values.get(name, {})
-        d, gs, g = (per_arm.get(a, []) for a in ARMS)
-        n = min(len(d), len(gs))
-        r = Result(name, samples=[d[i] / gs[i] for i in range(n) if gs[i] > 0])
+        d, gs, g, dn = (per_arm.get(a, []) for a in ARMS)
+        r = Result(name, samples=_ratios(d, gs))
         r.extra.update({a: [round(x, 4) for x in per_arm.get(a, [])] for a in ARMS})
-        r.extra["ratio_vs_go"] = [round(d[i] / g[i], 4)
-                                  for i in range(min(len(d), len(g))) if g[i] > 0]
+        r.extra["ratio_vs_go"] = [round(x, 4) for x in _ratios(d, g)]
+        r.extra["nostatus_ratio_vs_go"] = [round(x, 4) for x in _ratios(dn, g)]
         r.extra["rounds"] = rounds
         out.append(r)
     return out
+
+
+def _ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """Per-round ratios a / b (rounds where b is 0 left out)."""
+    return [x / y for x, y in zip(a, b, strict=False) if y > 0]
 
 
 #: What ``drakit run`` imports from other projects; their resident memory is the floor of
@@ -316,6 +326,30 @@ def _grpc_floor_notes(results: list[Result], samples: Samples) -> None:
             f"{percentile(without, 50):.2f} ({min(without):.2f}-{max(without):.2f})")
 
 
+def _status_cost_notes(results: list[Result]) -> None:
+    """On the latency p50 figures: what writing AllocatedDeviceStatus adds to each side's own
+    p50, per round (drakit - drakit --no-device-status; Go + status - Go), in ``extra``
+    (``status_cost_ms``) and as a note."""
+    for r in results:
+        if r.name not in ("vsgo_prepare_p50", "vsgo_unprepare_p50"):
+            continue
+        e = r.extra
+        pairs = {"drakit": (e.get("drakit", []), e.get("drakit_nostatus", [])),
+                 "go": (e.get("go_status", []), e.get("go", []))}
+        cost = {a: [round(x - y, 4) for x, y in zip(w, wo, strict=False)]
+                for a, (w, wo) in pairs.items()}
+        if not cost["drakit"] or not cost["go"]:
+            continue
+        e["status_cost_ms"] = cost
+        r.notes.append(
+            f"what writing AllocatedDeviceStatus adds to each side's own p50 in these rounds: "
+            f"drakit {percentile(cost['drakit'], 50):+.2f} ms (applied in the background, "
+            f"while this process's embedded API server works on them on the same 2 cores), "
+            f"Go {percentile(cost['go'], 50):+.2f} ms (the apply inside the call); without "
+            f"status on either side the ratio is "
+            f"{percentile(e.get('nostatus_ratio_vs_go') or [0.0], 50):.2f}")
+
+
 def run_vsgo(cfg: BenchConfig) -> list[Result]:
     binary, reason = ensure_go_driver()
     if binary is None:
@@ -341,6 +375,7 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
             f"whose prepare declares prepare_changes_node = False, the CDI spec's without "
             f"the directory fsync (< {2 * f:.2f} ms)")
     _grpc_floor_notes(results, samples)
+    _status_cost_notes(results)
     rss = next(r for r in results if r.name == "vsgo_rss_idle")
     go_idle = rss.extra.get("go_status") or []
     floor_mb = library_rss_floor_mb()
@@ -355,7 +390,9 @@ def run_vsgo(cfg: BenchConfig) -> list[Result]:
             f"({', '.join(LIBRARIES)}) is at {floor_mb:.1f} MB = {floor_mb / go_mb:.2f}x the Go "
             f"driver's idle {go_mb:.1f} MB, before any of drakit's own code or state; "
             f"{floor_mb - without_kubernetes:.1f} MB of it is the kubernetes client "
-            f"(`import kubernetes` loads every API and model module)")
+            f"(its models load lazily, but `import kubernetes` loads every subpackage: "
+            f"stream, dynamic, informer, leaderelection, utils, and with them requests, "
+            f"oauthlib, websocket-client and dateutil)")
     results[0].notes.append(
         f"per-round ratios drakit / Go driver with status ({rounds} rounds, arms in rotated "
         f"order, a fresh agent per arm and round, {n} devices); the Go driver applies "
@@ -386,9 +423,12 @@ def run_vsgo_publish(cfg: BenchConfig) -> list[Result]:
 
 def side_by_side(results: dict[str, Result]) -> str:
     """The Markdown table drakit | Go + status | ratio (median, range) | goal | verdict |
-    Go without status | ratio; "" when no vsgo figure was measured."""
+    Go without status | ratio, then (when measured) the table of both without status:
+    drakit --no-device-status | Go without status | ratio; "" when no vsgo figure was
+    measured."""
     rows = [("figure", "drakit", "Go + status", "drakit / Go+status", "goal", "verdict",
              "Go (no status)", "drakit / Go")]
+    bare = [("figure", "drakit (no status)", "Go (no status)", "drakit / Go, both without")]
     units = {**FIGURES, PUBLISH_FIGURE: "s"}
     for name in [*FIGURES, PUBLISH_FIGURE]:
         r = results.get(name)
@@ -405,8 +445,21 @@ def side_by_side(results: dict[str, Result]) -> str:
                      _cell(r.extra.get("go_status"), unit),
                      _cell(r.samples, "x"), spec.goal.text("x"), r.verdict,
                      _cell(r.extra.get("go"), unit), _cell(r.extra.get("ratio_vs_go"), "x")))
+        if r.extra.get("drakit_nostatus"):
+            bare.append((title, _cell(r.extra.get("drakit_nostatus"), unit),
+                         _cell(r.extra.get("go"), unit),
+                         _cell(r.extra.get("nostatus_ratio_vs_go"), "x")))
     if len(rows) == 1:
         return ""
+    text = _markdown(rows)
+    if len(bare) > 1:
+        text += ("\n\nwithout AllocatedDeviceStatus on either side (drakit run "
+                 "--no-device-status, the Go driver without -write-status):\n\n"
+                 + _markdown(bare))
+    return text
+
+
+def _markdown(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for k, row in enumerate(rows):

@@ -160,13 +160,15 @@ class App:
             calls=self.kubelet_calls,
         )
         self.metrics.status_behind.set_function(lambda: float(self.status.behind))
+        if not s.device_status:  # the writer then stays idle and its backlog at 0
+            log.info("AllocatedDeviceStatus writes are off (--no-device-status)")
         self.node = NodeLogic(
             s.driver_name,
             self.inventory,
             ClaimReader(self.resource_api),
             self.specs,
             self.checkpoint,
-            self.status,
+            self.status if s.device_status else None,
             events=self.events,
             calls=self.kubelet_calls,
         )

@@ -39,6 +39,10 @@ class Settings(BaseModel):
     pod_uid: str | None = None
     health: bool = True
     health_resend_seconds: float = 10.0
+    #: Write AllocatedDeviceStatus (``status.devices[]``) of prepared claims. Off for a
+    #: cluster without the DRAResourceClaimDeviceStatus feature gate or without RBAC for
+    #: ``resourceclaims/status``: prepare and unprepare then never touch the API for status.
+    device_status: bool = True
     http_endpoint: str | None = None
     strict: bool = False
     log_format: str = "text"
@@ -185,6 +189,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="do not serve or advertise the dra-health stream [DISABLE_HEALTH]",
     )
     p.add_argument(
+        "--no-device-status",
+        action="store_true",
+        default=_env_bool("DISABLE_DEVICE_STATUS"),
+        help="do not write AllocatedDeviceStatus of prepared claims [DISABLE_DEVICE_STATUS]",
+    )
+    p.add_argument(
         "--http-endpoint",
         default=_env("HTTP_ENDPOINT"),
         help="host:port for /metrics, /healthz, /readyz [HTTP_ENDPOINT]",
@@ -301,6 +311,7 @@ def _settings(ns: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Set
         sysfs_root=Path(ns.sysfs_root),
         pod_uid=ns.pod_uid or None,
         health=not ns.no_health,
+        device_status=not ns.no_device_status,
         http_endpoint=ns.http_endpoint,
         strict=ns.strict,
         log_format=ns.log_format,

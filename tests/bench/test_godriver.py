@@ -17,7 +17,15 @@ import pytest
 from bench.env import NODE, BenchConfig, wait_until
 from bench.figures import Result
 from bench.godriver import GO_DRIVER, ensure_go_driver, go_agent
-from bench.vsgo import FIGURES, PUBLISH_FIGURE, Samples, _grpc_floor_notes, side_by_side
+from bench.vsgo import (
+    FIGURES,
+    PUBLISH_FIGURE,
+    Samples,
+    _grpc_floor_notes,
+    _results,
+    _status_cost_notes,
+    side_by_side,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("go") is None,
                                 reason="no Go toolchain: the Go reference driver is not built")
@@ -85,6 +93,28 @@ def test_side_by_side_table() -> None:
     assert "miss" not in lines[2] and "pass" in lines[2]
     assert "skipped: no Go toolchain" in lines[3]
     assert side_by_side({}) == ""
+    assert "without AllocatedDeviceStatus" not in text  # no drakit_nostatus arm measured
+
+
+def test_the_no_status_pairing_gets_its_own_table_and_status_costs() -> None:
+    """Two rounds of four arms: the like-for-like ratio (drakit --no-device-status / Go
+    without status) and what status adds to each side's own p50, per round."""
+    samples = Samples()
+    for arm, values in (("drakit", [3.0, 2.6]), ("go_status", [2.8, 2.6]), ("go", [1.6, 1.4]),
+                        ("drakit_nostatus", [2.0, 1.96])):
+        for v in values:
+            samples.add("vsgo_unprepare_p50", arm, v)
+    [r] = _results(samples, ["vsgo_unprepare_p50"], 2)
+    assert r.samples == [3.0 / 2.8, 1.0]
+    assert r.extra["nostatus_ratio_vs_go"] == [1.25, 1.4]
+    _status_cost_notes([r])
+    assert r.extra["status_cost_ms"] == {"drakit": [1.0, 0.64], "go": [1.2, 1.2]}
+    assert "drakit +0.82 ms" in r.notes[0] and "Go +1.20 ms" in r.notes[0]
+    text = side_by_side({r.name: r})
+    tables = text.split("without AllocatedDeviceStatus on either side")
+    assert len(tables) == 2
+    assert "| unprepare p50" in tables[1] and "1.98 (1.96-2) ms" in tables[1]
+    assert "1.32 (1.25-1.4) x" in tables[1]
 
 
 def test_grpc_floor_notes_take_the_servers_difference_out_per_round() -> None:

@@ -143,7 +143,8 @@ def _host_dir(pod: dict[str, Any], path: str | Path, *, writable: bool) -> dict[
 def test_the_cli_reads_the_variables_the_brief_names() -> None:
     assert {"DRIVER_NAME", "NODE_NAME", "KUBECONFIG", "KUBELET_REGISTRAR_DIRECTORY_PATH",
             "KUBELET_PLUGINS_DIRECTORY_PATH", "CDI_ROOT", "CDI_VERSION_MAX", "DISCOVERY",
-            "DRAKIT_CONFIG", "SYSFS_ROOT", "POD_UID", "DISABLE_HEALTH", "HTTP_ENDPOINT",
+            "DRAKIT_CONFIG", "SYSFS_ROOT", "POD_UID", "DISABLE_HEALTH", "DISABLE_DEVICE_STATUS",
+            "HTTP_ENDPOINT",
             "STRICT", "LOG_FORMAT", "VERBOSITY"} <= _cli_env_vars()
 
 
@@ -176,6 +177,7 @@ def test_settings_point_at_mounted_host_dirs(name: str, docs: list[dict[str, Any
     pod = _pod(docs)
     assert s.node_name == NODE and s.pod_uid == POD_UID
     assert s.kubeconfig is None
+    assert s.health and s.device_status  # both on unless a value turns them off
     assert set(s.discovery) <= set(BUILTIN_PLUGINS), s.discovery
     # kubelet-facing directories: host paths, same inside, writable
     _host_dir(pod, s.registrar_dir, writable=True)

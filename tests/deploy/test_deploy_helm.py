@@ -44,6 +44,7 @@ CASES: dict[str, tuple[str, ...]] = {
     "everything": ("discovery.plugins={pci}", "namespace.create=true",
                    "priorityClassName=system-cluster-critical", "logFormat=text",
                    "verbosity=2", "cdiVersionMax=0.5.0", "strict=true", "health=false",
+                   "deviceStatus=false",
                    "nodeSelector.gpu=a100", "tolerations[0].key=gpu",
                    "tolerations[0].operator=Exists",
                    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -139,6 +140,7 @@ def test_values_reach_the_daemonset(helm: str) -> None:
     assert env["DISCOVERY"] == "pci" and env["LOG_FORMAT"] == "text"
     assert env["VERBOSITY"] == "2" and env["CDI_VERSION_MAX"] == "0.5.0"
     assert env["STRICT"] == "true" and env["DISABLE_HEALTH"] == "true"
+    assert env["DISABLE_DEVICE_STATUS"] == "true"
     assert pod["priorityClassName"] == "system-cluster-critical"
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "gpu": "a100"}
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]

@@ -168,3 +168,34 @@ def test_invalid_status_fails_the_vendors_prepare_naming_the_field(
     assert h.app.status.flush()
     assert h.apiserver.requests(resource="resourceclaims/status") == []
     assert devices_of(h, claim) == []
+
+
+@pytest.mark.both_apiservers
+def test_device_status_off_writes_nothing(
+        harness_factory: Callable[..., DriverHarness]) -> None:
+    """``--no-device-status`` (Settings.device_status=False): prepare and unprepare work and
+    answer as usual, and no AllocatedDeviceStatus request reaches the API server."""
+    h = harness_factory(settings={"device_status": False})
+    claim = h.allocate("quiet", [("node-1", "gpu-0")])
+    uid = claim["metadata"]["uid"]
+    result = h.prepare(claim)[uid]
+    assert result.error == "" and [d.device_name for d in result.devices] == ["gpu-0"]
+    assert h.app.status.flush()
+    assert devices_of(h, claim) == []
+    assert h.unprepare(claim) == {uid: ""}
+    assert h.app.status.flush()
+    assert h.app.status.writes == 0 and h.app.status.behind == 0
+    if hasattr(h.apiserver, "requests"):  # the embedded server records every request
+        assert h.apiserver.requests(resource="resourceclaims/status") == []
+
+
+def test_device_status_on_by_default(harness: DriverHarness) -> None:
+    """The counterpart of the test above: the default writes the entry and removes it."""
+    claim = harness.allocate("loud", [("node-1", "gpu-0")])
+    uid = claim["metadata"]["uid"]
+    assert harness.prepare(claim)[uid].error == ""
+    assert harness.app.status.flush()
+    assert [d["device"] for d in devices_of(harness, claim)] == ["gpu-0"]
+    assert harness.unprepare(claim) == {uid: ""}
+    assert harness.app.status.flush()
+    assert devices_of(harness, claim) == [] and harness.app.status.writes == 2
