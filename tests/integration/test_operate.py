@@ -53,14 +53,27 @@ def test_not_ready_when_checkpoint_is_corrupt(
 
 def test_json_logs_carry_claim_context(harness: DriverHarness,
                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The one line of a call carries its claims; DEBUG when all succeeded, INFO when one
+    failed (a device this node does not have)."""
     claim = harness.allocate("c1", [("node-1", "gpu-0")])
     with caplog.at_level(logging.INFO, logger="drakit.plugin.node"):
         assert harness.prepare(claim)[claim["metadata"]["uid"]].error == ""
-    record = next(r for r in caplog.records if "prepared claim" in r.getMessage())
+    assert not [r for r in caplog.records if "prepared claim" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="drakit.plugin.node"):
+        assert harness.unprepare(claim) == {claim["metadata"]["uid"]: ""}
+    record = next(r for r in caplog.records if "unprepared claim(s)" in r.getMessage())
     doc = json.loads(JSONFormatter().format(record))
     assert doc["claim_uid"] == claim["metadata"]["uid"]
     assert doc["claim"] == "default/c1"
-    assert doc["level"] == "info"
+    assert doc["level"] == "debug"
+    caplog.clear()
+    unknown = harness.allocate("c2", [("node-1", "no-such-device")])
+    with caplog.at_level(logging.INFO, logger="drakit.plugin.node"):
+        assert harness.prepare(unknown)[unknown["metadata"]["uid"]].error
+    record = next(r for r in caplog.records if "prepared claim(s)" in r.getMessage())
+    assert "1 failed" in record.getMessage()
+    assert json.loads(JSONFormatter().format(record))["level"] == "info"
 
 
 def request(port: int, path: str, method: str = "GET",
