@@ -62,6 +62,8 @@ from bench.stats import percentile, summarize
 ARMS = ("drakit", "go_status", "go", "drakit_nostatus")
 ARM_TITLES = {"drakit": "drakit", "go_status": "Go + status", "go": "Go (no status)",
               "drakit_nostatus": "drakit (no status)"}
+#: The latency medians, which get the per-round notes on floors and status costs.
+P50_FIGURES = ("vsgo_prepare_p50", "vsgo_unprepare_p50")
 #: Latency blocks per round and arm, and the prepare → unprepare pairs in each block.
 LATENCY_BLOCKS = 6
 PAIRS_PER_BLOCK = 50
@@ -310,7 +312,7 @@ def _grpc_floor_notes(results: list[Result], samples: Samples) -> None:
     results[0].extra["grpc_floor_ms"] = {a: [round(x, 3) for x in v] for a, v in floors.items()}
     extra_ms = [a - b for a, b in zip(d, gs, strict=False)]
     for r in results:
-        if r.name not in ("vsgo_prepare_p50", "vsgo_unprepare_p50"):
+        if r.name not in P50_FIGURES:
             continue
         arms = zip(r.extra.get("drakit", []), r.extra.get("go_status", []), extra_ms,
                    strict=False)
@@ -331,14 +333,15 @@ def _status_cost_notes(results: list[Result]) -> None:
     p50, per round (drakit - drakit --no-device-status; Go + status - Go), in ``extra``
     (``status_cost_ms``) and as a note."""
     for r in results:
-        if r.name not in ("vsgo_prepare_p50", "vsgo_unprepare_p50"):
+        if r.name not in P50_FIGURES:
             continue
         e = r.extra
         pairs = {"drakit": (e.get("drakit", []), e.get("drakit_nostatus", [])),
                  "go": (e.get("go_status", []), e.get("go", []))}
         cost = {a: [round(x - y, 4) for x, y in zip(w, wo, strict=False)]
                 for a, (w, wo) in pairs.items()}
-        if not cost["drakit"] or not cost["go"]:
+        bare = e.get("nostatus_ratio_vs_go") or []
+        if not cost["drakit"] or not cost["go"] or not bare:
             continue
         e["status_cost_ms"] = cost
         r.notes.append(
@@ -346,8 +349,7 @@ def _status_cost_notes(results: list[Result]) -> None:
             f"drakit {percentile(cost['drakit'], 50):+.2f} ms (applied in the background, "
             f"while this process's embedded API server works on them on the same 2 cores), "
             f"Go {percentile(cost['go'], 50):+.2f} ms (the apply inside the call); without "
-            f"status on either side the ratio is "
-            f"{percentile(e.get('nostatus_ratio_vs_go') or [0.0], 50):.2f}")
+            f"status on either side the ratio is {percentile(bare, 50):.2f}")
 
 
 def run_vsgo(cfg: BenchConfig) -> list[Result]:
