@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin
+.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+DOCS_STAMP := $(VENV)/.docs-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,docs]'
+	rm -f $(VENV)/.docs-*; touch $(DOCS_STAMP)
+
+## docs: the documentation site (docs/, mkdocs.yml) into site/; any warning fails the build
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 ## run: embedded API server + drakit run (net, pci discovery on this machine's /sys) + fake kubelet
 run: install
 	$(VENV)/bin/drakit demo
@@ -22,16 +32,33 @@ run: install
 ## With Go installed, the real Kubernetes binaries of the real-server tier (tests/real) are
 ## built once by scripts/build-k8s.sh (~30 min cold on 2 cores, progress on stderr; cached under
 ## ~/.cache/drakit); without Go that tier skips and says why.
-K8S_COMPONENTS ?= kube-apiserver etcd kubectl kube-scheduler kube-controller-manager \
+## The version matrix (tests/versions) runs there for the release it builds (K8S_VERSION, the
+## default of scripts/build-k8s.sh); `make test-versions` runs every release of the matrix.
+K8S_COMPONENTS ?= kube-apiserver etcd kubectl kube-scheduler kube-controller-manager helm \
                   kubelet containerd cni
-test: install k8s-bin
-	$(PY) -m pytest -q -ra
+K8S_VERSION ?= 1.37.2
+DRAKIT_VERSIONS ?= $(K8S_VERSION)
+test: install $(DOCS_STAMP) k8s-bin
+	DRAKIT_VERSIONS="$(DRAKIT_VERSIONS)" $(PY) -m pytest -q -ra
 
 k8s-bin:
 	@if [ -n "$$DRAKIT_K8S_BIN" ]; then :; \
-	elif command -v go >/dev/null 2>&1; then scripts/build-k8s.sh $(K8S_COMPONENTS) >/dev/null \
+	elif command -v go >/dev/null 2>&1; then K8S_VERSION=$(K8S_VERSION) scripts/build-k8s.sh $(K8S_COMPONENTS) >/dev/null \
 	  || echo "make test: building the Kubernetes binaries failed; the real-server tier will skip"; \
 	else echo "make test: go not found; the real-server tier (tests/real) will skip"; fi
+
+## test-versions: the version matrix (tests/versions: drakit on the real kube-apiserver, etcd and
+## kube-scheduler of every release of MATRIX_VERSIONS), each release built into the cache first by
+## scripts/build-k8s.sh (cold ~6-20 min per release on 2 cores; a cached one is not rebuilt), then
+## docs/compatibility.md written from what the run measured (scripts/gen_compatibility.py)
+MATRIX_VERSIONS ?= 1.32.13 1.33.13 1.34.4 1.35.4 1.36.3 1.37.2 1.38.0-beta.0
+test-versions: install
+	rm -rf .matrix
+	@for v in $(MATRIX_VERSIONS); do \
+	  K8S_VERSION=$$v scripts/build-k8s.sh kube-apiserver etcd kube-scheduler >/dev/null || exit 1; \
+	done
+	DRAKIT_VERSIONS="$$(echo $(MATRIX_VERSIONS) | tr ' ' ',')" $(PY) -m pytest -q -ra tests/versions
+	$(PY) scripts/gen_compatibility.py
 
 ## test-floor: the gRPC, node, integration and README tests on protobuf 5.29 + grpcio 1.66
 ## (own venv .venv-floor, see scripts/test-floor.sh)
@@ -39,7 +66,7 @@ test-floor:
 	bash scripts/test-floor.sh
 
 lint: install
-	$(VENV)/bin/ruff check plugin discovery cdi tests scripts bench examples
+	$(VENV)/bin/ruff check plugin discovery cdi allocator tests scripts bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy bench
 
@@ -59,4 +86,4 @@ bench-scale: install
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-floor .venv-bench .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-floor .venv-bench .pytest_cache .mypy_cache .ruff_cache site

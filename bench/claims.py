@@ -30,9 +30,9 @@ from bench.figures import Result
 from bench.stats import percentile, timed_ms
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2 as reg_pb2
 from drakit.plugin._proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-from drakit.plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
 ClaimRef = tuple[str, str, str]
 CALL_TIMEOUT = 30.0
@@ -188,8 +188,8 @@ def run_claims(cfg: BenchConfig) -> list[Result]:
             "Registration.GetInfo on the agent's registration socket (same gRPC server "
             "process, no work behind it): what any call costs before the plugin does anything")
         get_floor.notes.append(
-            "drakit.plugin.resourceapi.ResourceAPI.get_claim from the bench process against the "
-            "embedded API server: the one API read every prepare makes")
+            "drakit.plugin.api.resourceapi.ResourceAPI.get_claim from the bench process against "
+            "the embedded API server: the one API read every prepare makes")
         results += [floor, grpc_floor, get_floor, cpu]
         _floor_notes(results[0], floor, grpc_floor, get_floor)
         cpu.notes.append("agent process CPU (user + system) per prepare + unprepare pair in "
@@ -242,14 +242,14 @@ def _floor_notes(p50: Result, floor: Result, grpc_floor: Result | None = None,
     if f is None or p is None:
         return
     # The bench's example plugin declares a prepare that changes nothing on the node
-    # (prepare_changes_node = False): no PrepareStarted write (plugin/prepare.py)
+    # (prepare_changes_node = False): no PrepareStarted write (plugin/claims/prepare.py)
     prep_floor = 2 * f.median
     floor.notes.append(
         f"a prepare makes 2 atomic writes (CDI spec, its directory not fsynced: "
-        f"plugin/claimdevices.py; checkpoint PrepareCompleted: 3 fsyncs; a plugin whose "
+        f"plugin/claims/claimdevices.py; checkpoint PrepareCompleted: 3 fsyncs; a plugin whose "
         f"prepare changes the node adds PrepareStarted) <= {prep_floor:.2f} ms at the median "
         f"floor ({2 * f.p90:.2f} ms at p90); an unprepare 1 atomic write + 1 unlink (not "
-        f"made durable: plugin/unprepare.py)")
+        f"made durable: plugin/claims/unprepare.py)")
     share = prep_floor / p.median if p.median else 0.0
     verdict = "dominates" if share >= 0.5 else "is a minor part of"
     p50.notes.append(f"fsync {verdict} prepare latency: {prep_floor:.2f} ms of the "

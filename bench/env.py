@@ -18,9 +18,9 @@ from typing import Any
 
 from bench.runtime import runtime_python
 from drakit.cdi.atomic import atomic_write
-from drakit.plugin.config import Settings
-from drakit.plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.ops.config import Settings
 from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
 DRIVER = "bench.drakit.example.com"
 NODE = "bench-node"

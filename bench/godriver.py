@@ -28,7 +28,7 @@ from pathlib import Path
 from bench.claims import ClaimBench
 from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail, terminate
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
-from drakit.plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
 GO_SOURCE = Path(__file__).with_name("go")
 GO_DRIVER = "bench.go.example.com"

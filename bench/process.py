@@ -27,7 +27,7 @@ def run_start(cfg: BenchConfig) -> list[Result]:
             start.samples.append(registered.registered_at - t0)
             time.sleep(IDLE_SETTLE)
             idle.samples.append(rss_mb(agent_pid(h)))
-    start.notes.append("process spawn (python -m drakit.plugin.cli run) until the fake kubelet "
+    start.notes.append("process spawn (python -m drakit.plugin.ops.cli run) until the fake kubelet "
                        "accepted the registration; fake kubelet scans every 5 ms")
     idle.notes.append(f"VmRSS {IDLE_SETTLE:.0f} s after registration, example discoverer "
                       "(11 devices), no claims")

@@ -34,7 +34,7 @@ from bench.claims import ClaimBench, latency_ms, latency_results, throughput
 from bench.env import KUBELET_POLL, NODE, BenchConfig, log_tail, terminate
 from bench.figures import Result
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
-from drakit.plugin.testing.fake_kubelet import FakeKubelet
+from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
 PYDRA_REQUIREMENT = "kubernetes-pydra==0.1.0"
 PYDRA_DRIVER = "dra.net"

@@ -40,7 +40,7 @@ class Group:
 
 
 def _groups() -> list[Group]:
-    from bench import claims, discovery, hotplug, process, publish, pydra, vsgo
+    from bench import claims, discovery, explain, held, hotplug, process, publish, pydra, vsgo
 
     return [
         Group("claims", ("prepare_p50", "prepare_p99", "unprepare_p50", "unprepare_p99",
@@ -51,10 +51,12 @@ def _groups() -> list[Group]:
         Group("publish", ("publish_cold_10k", "resync_writes"), publish.run_publish),
         Group("discovery", ("discovery_4096",), discovery.run_discovery),
         Group("hotplug", ("hotplug",), hotplug.run_hotplug),
+        Group("explain", ("explain_1000",), explain.run_explain),
         Group("pydra", ("pydra_prepare_p50", "pydra_prepare_p99", "pydra_unprepare_p50",
                         "pydra_throughput"), pydra.run_pydra),
         Group("go", tuple(vsgo.FIGURES), vsgo.run_vsgo),
         Group("go_publish", (vsgo.PUBLISH_FIGURE,), vsgo.run_vsgo_publish),
+        Group("held", tuple(held.FIGURES), held.run_held),
     ]
 
 

@@ -1,5 +1,5 @@
 """``python -m bench.scale`` (``make bench-scale``): the ResourceSlice publisher at cluster
-scale, against a real etcd + kube-apiserver 1.37 (:mod:`drakit.plugin.testing.realcluster`).
+scale, against a real etcd + kube-apiserver 1.37 (:mod:`drakit.plugin.testing.real.controlplane`).
 
 Simulated nodes are real :class:`~drakit.plugin.slices.publisher.SlicePublisher` objects with their
 default settings (resync 30 s, watch timeout 300 s, idle bound 150 s, recovery spread
@@ -57,10 +57,11 @@ from kubernetes.client import ApiClient, ApiException, Configuration
 from prometheus_client.parser import text_string_to_metric_families
 
 from drakit.discovery.model import Device, Pool
-from drakit.plugin.resourceapi import ResourceAPI, SliceWatch, WatchEvent
+from drakit.plugin.api.resourceapi import ResourceAPI, SliceWatch, WatchEvent
 from drakit.plugin.slices.publisher import SlicePublisher
-from drakit.plugin.testing import realcluster
-from drakit.plugin.testing.realcluster import RealAPIServer, find_k8s_bin_dir
+from drakit.plugin.testing.real import controlplane
+from drakit.plugin.testing.real.binaries import find_k8s_bin_dir
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 log = logging.getLogger("bench.scale")
 T = TypeVar("T")
@@ -173,7 +174,7 @@ class ScaleControlPlane(RealAPIServer):
         proc.stop(timeout=drain_timeout)
         exited = time.monotonic()
         port = self.port
-        with mock.patch.object(realcluster, "_free_port", lambda: port):
+        with mock.patch.object(controlplane, "_free_port", lambda: port):
             self._start_apiserver(time.monotonic() + self.start_timeout)
         return term, exited, time.monotonic()
 
@@ -188,7 +189,7 @@ class ScaleControlPlane(RealAPIServer):
         """apiserver_request_total summed by (resource, verb), for resourceslices and nodes."""
         req = urllib.request.Request(self.url + "/metrics")
         req.add_header("Authorization", f"Bearer {self.admin_token}")
-        with urllib.request.urlopen(req, timeout=30, context=self._ssl) as r:
+        with urllib.request.urlopen(req, timeout=30, context=self.rest.ssl_context) as r:
             text = r.read().decode()
         out: Counter[tuple[str, str]] = Counter()
         for family in text_string_to_metric_families(text):

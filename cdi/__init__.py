@@ -1,6 +1,7 @@
 """Container Device Interface: spec model, minimum cdiVersion, name rules, atomic spec store.
 
-Knows nothing about Kubernetes. Facts: CDI spec v0.3.0 … v1.1.0 (shared/reference/cdi.md).
+Knows nothing about Kubernetes. Facts: CDI spec v0.3.0 … v1.1.0
+(github.com/cncf-tags/container-device-interface SPEC.md and its Go library).
 
 Typical use (one file per claim)::
 
@@ -9,6 +10,10 @@ Typical use (one file per claim)::
     ...
     store.remove(claim_uid)
 """
+
+if __name__ != "drakit.cdi":  # the checkout's top-level folder, imported by its own name
+    raise ImportError(f"{__name__} is a folder of the drakit checkout, not a package of its "
+                      f"own (a second copy of every module): import drakit.cdi instead")
 
 from drakit.cdi.atomic import atomic_write, remove_durably
 from drakit.cdi.errors import (

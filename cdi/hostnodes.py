@@ -2,14 +2,20 @@
 
 When a CDI ``DeviceNode`` lacks ``type`` or ``major`` (and is not a fifo), runtimes stat the
 host node at container creation and fail the container if it is missing ("failed to stat
-CDI host device", CDI fact sheet §2.4). drakit stats it when the spec is written instead:
+CDI host device"; container-device-interface pkg/cdi/container-edits.go, CDI spec
+v0.6.0 "deviceNodes"). drakit stats it when the spec is written instead:
 the spec becomes *minimally specified* (type and major given), so the runtime no longer
 depends on the node, and a missing node is a clear :class:`HostNodeError` at prepare.
 
 ``host_root`` is where the host's ``/`` is visible to the plugin (``/`` on the host,
-e.g. ``/host`` in a container that mounts it). The spec keeps the host path; only the stat
-goes through the prefix. Symlinks are followed in the plugin's view, so an absolute
-symlink under a non-``/`` host root resolves in the plugin's namespace.
+e.g. ``/host`` in a container that mounts it). ``dev_root``, when given, is where the
+host's ``/dev`` is visible instead (``drakit run --dev-root``, the discovery context's
+``dev_root``): a host path under ``/dev`` is looked up below it. A test without root points
+it at a temporary directory holding stand-ins made by
+:func:`drakit.discovery.testing.device_node_stand_in` (a symlink to a real character
+device such as ``/dev/null``: ``mknod`` needs root, a symlink does not). The spec keeps the
+host path; only the stat goes through the prefix. Symlinks are followed in the plugin's
+view, so an absolute symlink under a non-``/`` root resolves in the plugin's namespace.
 """
 
 from __future__ import annotations
@@ -23,15 +29,28 @@ from drakit.cdi.spec import ContainerEdits, DeviceNode, Spec
 
 
 class HostNodes:
-    """Stats host device nodes below ``host_root`` (default ``/``) and fills spec fields."""
+    """Stats host device nodes below ``host_root`` (default ``/``; ``dev_root`` for paths
+    under ``/dev`` when given) and fills spec fields."""
 
-    def __init__(self, host_root: str | os.PathLike[str] = "/") -> None:
+    def __init__(self, host_root: str | os.PathLike[str] = "/",
+                 dev_root: str | os.PathLike[str] | None = None) -> None:
         self.host_root = Path(host_root)
+        self.dev_root = Path(dev_root) if dev_root is not None else None
 
     def local_path(self, host_path: str) -> Path:
-        """Where the plugin sees the host path ``host_path`` (``/dev/x`` → ``<root>/dev/x``).
-        The path is normalised first, so ``..`` never leads above ``host_root``."""
-        return self.host_root / os.path.normpath("/" + host_path).lstrip("/")
+        """Where the plugin sees the host path ``host_path`` (``/dev/x`` → ``<root>/dev/x``,
+        or ``<dev_root>/x`` when a dev root is set). The path is normalised first, so ``..``
+        never leads above ``host_root`` (or ``dev_root``)."""
+        norm = os.path.normpath("/" + host_path)
+        if norm.startswith("//"):
+            norm = "/" + norm.lstrip("/")
+        if self.dev_root is not None and (norm == "/dev" or norm.startswith("/dev/")):
+            return self.dev_root / norm.removeprefix("/dev").lstrip("/")
+        return self.host_root / norm.lstrip("/")
+
+    def _seen_at(self, host_path: str, local: Path) -> str:
+        """`` (seen at <local>)`` when the plugin's view differs from the host path."""
+        return "" if str(local) == host_path else f" (seen at {local})"
 
     @staticmethod
     def needs_host_info(node: DeviceNode) -> bool:
@@ -56,12 +75,15 @@ class HostNodes:
             st = os.stat(local)
         except FileNotFoundError:
             raise HostNodeError(
-                f"{field_path}: host device node {host_path} does not exist "
-                f"(looked at {local}); give type/major/minor explicitly or wait for the device"
+                f"{field_path}: host device node {host_path} does not exist"
+                f"{self._seen_at(host_path, local)}; give type/major/minor explicitly or wait "
+                "for the device"
             ) from None
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise HostNodeError(
-                f"{field_path}: cannot stat host device node {local!s:.300}: {exc}"
+                f"{field_path}: cannot stat host device node {host_path!r:.300}"
+                f"{self._seen_at(host_path, local)}: {reason}"
             ) from None
         if stat.S_ISCHR(st.st_mode):
             actual = "c"
@@ -70,8 +92,12 @@ class HostNodes:
         elif stat.S_ISFIFO(st.st_mode):
             actual = "p"
         else:
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else \
+                "a regular file" if stat.S_ISREG(st.st_mode) else "not a device"
             raise HostNodeError(
-                f"{field_path}: host path {host_path} ({local}) is not a device node or fifo"
+                f"{field_path}: host path {host_path}{self._seen_at(host_path, local)} is "
+                f"{kind}, not a device node or fifo (in a test without root, see "
+                "drakit.discovery.testing.device_node_stand_in and --dev-root)"
             )
         declared = node.type or ""
         if declared and not (declared == actual or (declared == "u" and actual == "c")):

@@ -1,8 +1,8 @@
 """CDI name rules: vendor, class, kind, device name, qualified device name, annotation keys.
 
-The rules are the *safe writer* rules (CDI fact sheet §3): slightly stricter than the Go
-parser of every released CDI library, so every name drakit writes is recognised by every
-runtime (podman 4.3's CDI v0.5.2 up to CDI v1.1.0).
+The rules are the *safe writer* rules (CDI Go library pkg/parser/parser.go): slightly stricter
+than the Go parser of every released CDI library, so every name drakit writes is recognised by
+every runtime (podman 4.3's CDI v0.5.2 up to CDI v1.1.0).
 
 - vendor: lowercase DNS-1123 subdomain starting with a letter, 2-253 characters
   (one character panics CDI libraries ≤ v1.1.0, PR #321).
@@ -62,7 +62,8 @@ CLASS_MAX_LENGTH = 63
 CLAIM_UID_MAX_LENGTH = 128
 """Longest claim UID accepted in a spec file name (a Kubernetes UID has 36 characters)."""
 ANNOTATIONS_MAX_BYTES = 256 * 1024
-"""All annotation keys plus values together (Kubernetes annotation rule, CDI §3.4)."""
+"""All annotation keys plus values together (Kubernetes annotation rule; CDI
+pkg/cdi/annotations.go)."""
 
 
 def vendor_error(vendor: str) -> str | None:
@@ -215,7 +216,7 @@ def validate_claim_uid(claim_uid: str) -> str:
 
 
 def claim_device_name(claim_uid: str, device_name: str) -> str:
-    """A per-claim device name ``<claimUID>-<device>`` (CDI fact sheet §3.7).
+    """A per-claim device name ``<claimUID>-<device>`` (as the CDI library's transient specs).
 
     Prefixing with the claim UID keeps a stale file of another claim from ever defining the
     same qualified name. A UID starting with a digit makes the spec cdiVersion 0.5.0.
@@ -285,8 +286,8 @@ def annotations_errors(annotations: Mapping[str, str]) -> list[tuple[str, str]]:
 def canonical_cidr(address: str, prefix_len: int) -> str:
     """``address``/``prefix_len`` in the API's canonical form: RFC 5952 IPv6, IPv4 without
     leading zeros, an IPv4-mapped IPv6 address as IPv4 with the prefix length less 96, host
-    bits kept (``networkData.ips`` rule, resource-api-validation §2). ``ValueError`` when
-    ``address`` is malformed or ``prefix_len`` out of range."""
+    bits kept (``networkData.ips`` rule, k8s.io/apimachinery pkg/api/validate/content/ip.go).
+    ``ValueError`` when ``address`` is malformed or ``prefix_len`` out of range."""
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return f"{ip.ipv4_mapped}/{max(prefix_len - 96, 0)}"

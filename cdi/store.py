@@ -1,7 +1,7 @@
 """A directory of per-claim CDI spec files, written atomically.
 
 One file per claim: ``<root_dir>/<vendor>-<class>_<claimUID>.json`` (the CDI library's
-transient spec name, CDI fact sheet §3.7), JSON, mode 0644, written with
+transient spec name, pkg/cdi/spec.go ``GenerateTransientSpecName``), JSON, mode 0644, written with
 :func:`drakit.cdi.atomic.atomic_write` (temp file ``.<name>.<random>.tmp`` in the same directory,
 fsync, rename, then the directory's fsync unless ``write(durable=False)``), so a runtime
 never reads a partial file and its file watcher sees the rename.
@@ -11,8 +11,8 @@ Before a file is written its spec is compacted, its device nodes filled from the
 (:func:`drakit.cdi.version.resolve_version`) and every rule checked
 (:func:`drakit.cdi.validate.validate_spec`);
 a qualified device name already defined by another file in the directory is refused
-(runtimes drop such a device entirely, CDI fact sheet §3.5). A spec with zero devices is
-never written: the claim's file is removed instead.
+(runtimes drop such a device entirely: pkg/cdi/cache.go, conflicting devices). A spec
+with zero devices is never written: the claim's file is removed instead.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ class SpecStore:
 
     ``max_version`` caps the cdiVersion (e.g. ``"0.5.0"`` for podman 4.3); None means no
     cap. ``host_root`` is where the host's ``/`` is visible for filling device nodes
-    (None: never stat, nodes are written as given). Raises :class:`CDINameError` for bad
+    (None: never stat, nodes are written as given); ``dev_root`` where the host's ``/dev``
+    is (see :class:`~drakit.cdi.hostnodes.HostNodes`). Raises :class:`CDINameError` for bad
     vendor/class and :class:`drakit.cdi.errors.CDIVersionError` for an unknown ``max_version``.
     """
 
@@ -111,6 +112,7 @@ class SpecStore:
         cls: str,
         max_version: str | None = None,
         host_root: str | os.PathLike[str] | None = "/",
+        dev_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.root_dir = Path(root_dir)
         self.vendor = validate_vendor(vendor)
@@ -118,7 +120,7 @@ class SpecStore:
         if max_version is not None:
             version_key(max_version)
         self.max_version = max_version
-        self.host_nodes = HostNodes(host_root) if host_root is not None else None
+        self.host_nodes = HostNodes(host_root, dev_root) if host_root is not None else None
         self._lock = threading.Lock()
         # The directory as last scanned (see _check_conflicts): (file name, inode) of every
         # spec file → its stat stamp and device names; which of them are checked by stat
@@ -236,7 +238,7 @@ class SpecStore:
     def ensure_ready(self) -> None:
         """Startup check: create ``root_dir`` (mode 0755) when missing and prove it is
         writable by creating and removing a temp file in it (a read-only or missing host
-        mount otherwise only shows at the first prepare, CDI fact sheet §6 #10).
+        mount otherwise only shows at the first prepare).
 
         Raises ``OSError`` naming the directory.
         """

@@ -1,7 +1,8 @@
 """Run real containers with podman + runc against a CDI spec directory (test helper).
 
-The real consumer of drakit's CDI output (shared/recipes/podman-cdi.md): if podman accepts a
-spec and the container sees the device nodes and environment, the spec is right.
+The real consumer of drakit's CDI output (podman with CDI, ``--device vendor/class=name``): if
+podman accepts a spec and the container sees the device nodes and environment, the spec is
+right.
 
 podman 4.3 (Debian bookworm) reads specs only from ``/etc/cdi`` and ``/var/run/cdi``; it has
 no ``--cdi-spec-dir`` and no ``cdi_spec_dirs`` setting. So :meth:`PodmanCDI.run` starts

@@ -1,6 +1,6 @@
 """Validation of CDI specs before they are written, matching what CDI runtimes enforce.
 
-Rules (CDI fact sheet §2-§3; Go ``internal/validation`` and ``pkg/cdi`` of v0.5-v1.1):
+Rules (CDI SPEC.md; Go ``internal/validation`` and ``pkg/cdi`` of v0.5-v1.1):
 
 - ``kind`` is ``vendor/class`` under the name rules of :mod:`drakit.cdi.names`;
 - at least one device; device names valid and unique in the file; every device has a

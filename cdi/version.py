@@ -1,6 +1,6 @@
 """The minimum ``cdiVersion`` a spec needs, and the cap for runtimes with older CDI libraries.
 
-Rule (CDI fact sheet §1.1, Go ``MinimumRequiredVersion`` of specs-go v1.1.0): check the
+Rule (Go ``MinimumRequiredVersion`` of specs-go v1.1.0, specs-go/version.go): check the
 versions from newest to oldest and take the first whose predicate holds; 0.3.0 otherwise.
 
 =======  =====================================================================================

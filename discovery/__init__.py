@@ -5,8 +5,12 @@ A vendor needs only these names (see examples/drakit-example-vendor)::
 
     from drakit.discovery import Device, DiscoveryPlugin, Pool, Sysfs, dns_label
 
-It knows nothing about gRPC or the kubelet (shared/design.md).
+It knows nothing about gRPC or the kubelet: ``drakit.discovery`` never imports ``drakit.plugin``.
 """
+
+if __name__ != "drakit.discovery":  # the checkout's top-level folder, imported by its own name
+    raise ImportError(f"{__name__} is a folder of the drakit checkout, not a package of its "
+                      f"own (a second copy of every module): import drakit.discovery instead")
 
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +63,12 @@ from drakit.discovery.sysfs import Sysfs
 
 if TYPE_CHECKING:
     from drakit.discovery.hotplug import HotplugMonitor
-    from drakit.discovery.testing import SysfsBuilder
+    from drakit.discovery.testing import SysfsBuilder, device_node_stand_in
 
 # Imported on first use: the agent starts the hot-plug monitor (pyudev) only when a loaded
 # plugin names a subsystem, and the test helpers never (~1 MB of the idle agent's RSS).
-_LAZY = {"HotplugMonitor": "drakit.discovery.hotplug", "SysfsBuilder": "drakit.discovery.testing"}
+_LAZY = {"HotplugMonitor": "drakit.discovery.hotplug", "SysfsBuilder": "drakit.discovery.testing",
+         "device_node_stand_in": "drakit.discovery.testing"}
 
 
 def __getattr__(name: str) -> Any:
@@ -105,6 +110,7 @@ __all__ = [
     "UnprepareRequest",
     "ValidRange",
     "available_plugins",
+    "device_node_stand_in",
     "dns_label",
     "dns_labels",
     "env_name",

@@ -136,7 +136,7 @@ class HotplugMonitor:
         try:
             self.callback(set(subsystems))
         except Exception:
-            self.log.exception("hot-plug: callback failed for %s", sorted(subsystems))
+            self.log.exception("hot-plug: callback failed for %s", ", ".join(sorted(subsystems)))
 
     def _run(self) -> None:
         monitor = None

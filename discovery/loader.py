@@ -21,6 +21,7 @@ an unknown name, listing the available ones.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import logging
 import re
@@ -38,6 +39,11 @@ _log = logging.getLogger(__name__)
 
 class PluginLoadError(Exception):
     """A discovery plugin could not be found, imported or constructed."""
+
+
+class UnusedConfigSectionError(PluginLoadError):
+    """A ``discovery.<name>`` section of the ``--config`` file names no loaded plugin (an
+    error under ``--strict``; otherwise the same text is a warning)."""
 
 
 def _dist_label(ep: EntryPoint) -> str:
@@ -89,19 +95,30 @@ def available_plugins() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def _one_line(exc: BaseException) -> str:
+    """``exc`` as ``Type: message`` on one line; a SyntaxError names its file and line."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        text = f"{exc.msg} ({exc.filename}, line {exc.lineno})"
+    else:
+        text = str(exc)
+    text = " ".join(text.split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _import(name: str, target: str) -> type[DiscoveryPlugin]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise PluginLoadError(f"discovery plugin {name!r}: {target!r} is not 'module:Class'")
     try:
         obj: object = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, SyntaxError, or whatever the module raises
+        raise PluginLoadError(f"discovery plugin {name!r}: importing module {module_name} "
+                              f"failed: {_one_line(e)}") from e
+    try:
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except ImportError as e:
-        raise PluginLoadError(f"discovery plugin {name!r}: cannot import {module_name}: {e}"
-                              ) from e
     except AttributeError:
-        raise PluginLoadError(f"discovery plugin {name!r}: {module_name} has no {attr}"
+        raise PluginLoadError(f"discovery plugin {name!r}: module {module_name} has no {attr}"
                               ) from None
     if not (isinstance(obj, type) and issubclass(obj, DiscoveryPlugin)):
         raise PluginLoadError(f"discovery plugin {name!r}: {target} is not a DiscoveryPlugin "
@@ -128,6 +145,26 @@ def load_plugin_class(name: str) -> type[DiscoveryPlugin]:
         raise PluginLoadError(f"unknown discovery plugin {name!r}; available: {listed} "
                               "(or give module:Class)")
     return _import(name, target)
+
+
+def unused_config_sections(sections: Iterable[str], loaded: Iterable[str],
+                           config_file: str | None = None) -> list[str]:
+    """One message per ``discovery.<name>`` section of the ``--config`` file that no loaded
+    plugin reads (a typo such as ``acme-fgpa`` for ``acme-fpga``), naming the loaded
+    plugins, the closest name and every plugin that could be loaded; empty when all are
+    used. Its options would otherwise be dropped in silence and the plugin run with its
+    defaults."""
+    used = sorted(set(loaded))
+    known = sorted(set(available_plugins()) | set(used))
+    where = f"--config {config_file}" if config_file else "--config"
+    out = []
+    for name in sorted(set(sections) - set(used)):
+        close = difflib.get_close_matches(name, used, n=1) or \
+            difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean discovery.{close[0]}?" if close else ""
+        out.append(f"{where}: discovery.{name} is not a loaded plugin (loaded: "
+                   f"{', '.join(used) or 'none'}{hint}; known plugins: {', '.join(known)})")
+    return out
 
 
 def plugin_name(name: str, cls: type[DiscoveryPlugin]) -> str:
@@ -168,5 +205,7 @@ def load_plugins(
         except PluginLoadError:
             raise
         except Exception as e:
-            raise PluginLoadError(f"discovery plugin {pname!r}: {e}") from e
+            # a ValueError is an options error already naming discovery.<plugin>.<field>
+            detail = " ".join(str(e).split()) if isinstance(e, ValueError) else _one_line(e)
+            raise PluginLoadError(f"discovery plugin {pname!r}: {detail}") from e
     return plugins

@@ -14,13 +14,26 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from drakit.cdi.names import canonical_cidr, qualified_name_error
+
+AttributeValue: TypeAlias = "DeviceAttribute | bool | int | str | Mapping[str, Any]"
+"""What :class:`Device` ``attributes`` accept per key: a :class:`DeviceAttribute`, a plain
+``bool`` / ``int`` / ``str``, or its API JSON (``{"version": "1.2.3"}``)."""
+QuantityValue: TypeAlias = "str | int | float"
+"""A Kubernetes quantity: ``"16Gi"``, ``"500m"``, or a plain number."""
+CapacityValue: TypeAlias = "DeviceCapacity | str | int | float | Mapping[str, Any]"
+"""What :class:`Device` ``capacity`` accepts per key: a :class:`DeviceCapacity`, a plain
+quantity, or its API JSON (``{"value": "16Gi", "requestPolicy": {...}}``)."""
+CounterValue: TypeAlias = "Counter | str | int | float | Mapping[str, Any]"
+"""What counter maps (:class:`CounterSet`, :class:`DeviceCounterConsumption`) accept per
+key: a :class:`Counter`, a plain quantity, or ``{"value": ...}``."""
 
 
 class _APIModel(BaseModel):
@@ -151,6 +164,11 @@ class DeviceCapacity(_APIModel):
     value: str
     request_policy: CapacityRequestPolicy | None = None
 
+    if TYPE_CHECKING:  # plain quantities are accepted (converted to text)
+        def __init__(self, *, value: QuantityValue,
+                     request_policy: CapacityRequestPolicy | Mapping[str, Any] | None = None
+                     ) -> None: ...
+
     @field_validator("value", mode="before")
     @classmethod
     def _quantity_to_str(cls, v: Any) -> Any:
@@ -170,6 +188,9 @@ class Counter(_APIModel):
 
     value: str
 
+    if TYPE_CHECKING:  # plain quantities are accepted (converted to text)
+        def __init__(self, *, value: QuantityValue) -> None: ...
+
     @field_validator("value", mode="before")
     @classmethod
     def _quantity_to_str(cls, v: Any) -> Any:
@@ -182,6 +203,9 @@ class CounterSet(_APIModel):
 
     name: str
     counters: dict[str, Counter]
+
+    if TYPE_CHECKING:  # plain values per counter are accepted
+        def __init__(self, *, name: str, counters: Mapping[str, CounterValue]) -> None: ...
 
     @field_validator("counters", mode="before")
     @classmethod
@@ -205,6 +229,10 @@ class DeviceCounterConsumption(_APIModel):
     counter_set: str
     counters: dict[str, Counter]
     compatibility_groups: list[str] | None = None
+
+    if TYPE_CHECKING:  # plain values per counter are accepted
+        def __init__(self, *, counter_set: str, counters: Mapping[str, CounterValue],
+                     compatibility_groups: Sequence[str] | None = None) -> None: ...
 
     _wrap = field_validator("counters", mode="before")(CounterSet._wrap.__func__)  # type: ignore[attr-defined]
 
@@ -288,6 +316,27 @@ class Device(_APIModel):
     device_nodes: list[str] = Field(default_factory=list, exclude=True)
     env: dict[str, str] = Field(default_factory=dict, exclude=True)
 
+    if TYPE_CHECKING:  # plain attribute values and quantities are accepted
+        def __init__(
+            self, *, name: str,
+            attributes: Mapping[str, AttributeValue] = ...,
+            capacity: Mapping[str, CapacityValue] = ...,
+            consumes_counters: Sequence[DeviceCounterConsumption | Mapping[str, Any]]
+            | None = None,
+            taints: Sequence[DeviceTaint | Mapping[str, Any]] | None = None,
+            allow_multiple_allocations: bool | None = None,
+            binds_to_node: bool | None = None,
+            binding_conditions: Sequence[str] | None = None,
+            binding_failure_conditions: Sequence[str] | None = None,
+            node_name: str | None = None,
+            node_selector: Mapping[str, Any] | None = None,
+            all_nodes: bool | None = None,
+            node_allocatable_resources: Mapping[str, NodeAllocatableResource
+                                                | Mapping[str, Any]] | None = None,
+            device_nodes: Sequence[str] = ...,
+            env: Mapping[str, str] = ...,
+        ) -> None: ...
+
     @field_validator("attributes", mode="before")
     @classmethod
     def _wrap_attributes(cls, v: Any) -> Any:
@@ -361,9 +410,10 @@ class DeviceHealth(BaseModel):
 
 # ---------------------------------------------------------------------------------------------
 # AllocatedDeviceStatus: what a prepare hook reports for ResourceClaim ``status.devices[]``.
-# The API server's rules (resource-api-validation §13; ValidateResourceClaimStatusUpdate)
-# are checked when the vendor builds the model, so a status the API would refuse fails the
-# prepare with a ValidationError naming the field instead of being dropped after it.
+# The API server's rules (k8s.io/kubernetes pkg/apis/resource/validation
+# ValidateResourceClaimStatusUpdate; KEP-4817, resource.k8s.io/v1 in Kubernetes 1.34) are
+# checked when the vendor builds the model, so a status the API would refuse fails the prepare
+# with a ValidationError naming the field instead of being dropped after it.
 
 MAX_CONDITIONS = 8
 """AllocatedDeviceStatusMaxConditions: at most 8 conditions per device."""
@@ -531,8 +581,8 @@ class DeviceStatus(_StatusModel):
     """What a prepare hook reports for one device's AllocatedDeviceStatus: at most 8
     ``conditions`` with distinct types (None: the default, one ``Ready`` condition),
     ``data`` any JSON object of ≤ 10240 bytes as compact JSON, ``network_data``. Every API
-    rule is checked here (resource-api-validation §13): an invalid status raises
-    ``pydantic.ValidationError`` naming the field, which fails the prepare."""
+    rule is checked here (ValidateResourceClaimStatusUpdate, KEP-4817): an invalid status
+    raises ``pydantic.ValidationError`` naming the field, which fails the prepare."""
 
     conditions: list[Condition] | None = None
     data: dict[str, Any] | None = None

@@ -1,6 +1,6 @@
 """Device names and attribute keys the API server accepts, derived deterministically.
 
-Rules (resource.k8s.io/v1, see shared/reference/resource-api-validation.md §2):
+Rules (resource.k8s.io/v1; k8s.io/apimachinery pkg/util/validation):
 
 - a device name is a DNS label: ``[a-z0-9]([-a-z0-9]*[a-z0-9])?``, at most 63 bytes;
 - an attribute or capacity key is a QualifiedName: an optional domain (a DNS subdomain of

@@ -183,10 +183,15 @@ class DiscoveryPlugin(ABC):
       False validates in lax mode.
     - ``prepare_changes_node``: whether :meth:`prepare` changes something on the node (a
       device configured, a file written) that a crash in the middle of a prepare must roll
-      back through :meth:`unprepare`. ``None`` (default) means "when ``prepare`` is
-      overridden". A plugin whose ``prepare`` only computes container edits, status and
-      state sets ``False``: its claims are then recorded in one checkpoint write instead of
-      two (``PrepareStarted`` is skipped; see :mod:`drakit.plugin.prepare`).
+      back through :meth:`unprepare`. ``True`` (default): every claim is recorded
+      ``PrepareStarted`` before the hook runs and ``PrepareCompleted`` after it (two
+      checkpoint writes). A plugin whose ``prepare`` only computes container edits, status
+      and state declares ``False`` on purpose: its hooks run before admission and its claims
+      are recorded in one checkpoint write instead of two (what that saves per claim is
+      measured in bench/README.md and quoted in the vendor's guide); a crash then leaves at
+      most a CDI spec without a record, which the orphan sweep removes. Nothing is inferred
+      from which methods a class overrides (a plugin that keeps the default ``prepare``
+      declares ``False`` too, to get the one write).
     """
 
     name: ClassVar[str] = ""
@@ -195,14 +200,12 @@ class DiscoveryPlugin(ABC):
     config_api_version: ClassVar[str | None] = None
     config_kind: ClassVar[str | None] = None
     config_strict: ClassVar[bool] = True
-    prepare_changes_node: ClassVar[bool | None] = None
+    prepare_changes_node: ClassVar[bool] = True
 
     @classmethod
     def changes_node_on_prepare(cls) -> bool:
-        """``prepare_changes_node``, or when it is None, whether ``prepare`` is overridden."""
-        if cls.prepare_changes_node is not None:
-            return cls.prepare_changes_node
-        return cls.prepare is not DiscoveryPlugin.prepare
+        """``prepare_changes_node``: what the plugin declared (default True)."""
+        return bool(cls.prepare_changes_node)
 
     def __init__(self, context: DiscoveryContext) -> None:
         self.context = context

@@ -21,6 +21,10 @@ Layout written (kernel names):
   ``address``, ``mtu``, ``ifindex``, ``type``, ``operstate``, ``uevent``; ``device`` → the
   parent device; ``class/net/<ifname>`` → the interface directory.
 - ``devices/system/node/node<N>/cpulist`` and ``devices/system/node/online``.
+
+:func:`device_node_stand_in` makes a device node a test can use without root (for the
+``dev_root`` of :class:`~drakit.discovery.plugin.DiscoveryContext`, ``drakit run
+--dev-root`` and ``DriverHarness(dev_root=...)``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,34 @@ import shutil
 from pathlib import Path
 
 from drakit.discovery.sysfs import PCI_ADDRESS_RE
+
+
+def device_node_stand_in(dev_root: str | os.PathLike[str], name: str,
+                         like: str = "/dev/null") -> Path:
+    """``<dev_root>/<name>``: a stand-in for the device node ``/dev/<name>`` that the CDI
+    host-node check accepts, made without root.
+
+    Creating a character device needs ``mknod`` and CAP_MKNOD (root); a symlink to an
+    existing one does not, and the check follows symlinks: the spec then names
+    ``/dev/<name>`` with ``like``'s type and major/minor (``/dev/null``: ``c`` 1:3). Point
+    the agent's dev root at ``dev_root`` (``drakit run --dev-root``, ``DriverHarness(...,
+    dev_root=...)``) so that ``/dev/<name>`` is looked up there. ``name`` may contain
+    ``/`` (``dri/card0``); parent directories are created. Returns the path made.
+    Raises ``ValueError`` when ``like`` is not a character or block device."""
+    import stat
+
+    mode = os.stat(like).st_mode
+    if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+        raise ValueError(f"device_node_stand_in: {like} is not a character or block device")
+    rel = os.path.normpath("/" + name).lstrip("/")
+    if not rel or rel == ".":
+        raise ValueError(f"device_node_stand_in: {name!r} is not a device name")
+    path = Path(dev_root) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(like)
+    return path
 
 
 class SysfsBuilder:

@@ -2,7 +2,7 @@
 
 The node service, the checkpoint, the status writer and the publisher each take one
 ``events`` argument (default: :class:`Events`, which does nothing) and call its methods; the
-agent passes :class:`drakit.plugin.metrics.Metrics`, which counts them. A test that wants to
+agent passes :class:`drakit.plugin.ops.metrics.Metrics`, which counts them. A test that wants to
 see what happened subclasses :class:`Events` (or uses :class:`RecordedEvents`). A method
 that raises is the caller's bug, not the reporter's: callers do not guard these calls.
 """
@@ -10,10 +10,20 @@ that raises is the caller's bug, not the reporter's: callers do not guard these 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from drakit.plugin.slices.validate import ValidationIssue
+
+
+class Severity(Enum):
+    """How bad an error in background work is: ``ERROR`` is logged and the work goes on
+    (its next round may succeed); ``FATAL`` stops the agent with a non-zero exit (the
+    checkpoint cannot be written, ``--strict`` validation failed)."""
+
+    ERROR = "error"
+    FATAL = "fatal"
 
 
 class Events:
@@ -38,6 +48,9 @@ class Events:
     def status_error(self, reason: str) -> None:
         """Writing a claim's AllocatedDeviceStatus failed (it is retried)."""
 
+    def status_unsupported(self, message: str) -> None:
+        """The API server dropped ``status.devices`` (it does not have the field); once."""
+
     def slice_validation_issue(self, issue: ValidationIssue) -> None:
         """The inventory broke a ResourceSlice rule (new since the previous publish)."""
 
@@ -46,6 +59,10 @@ class Events:
 
     def publish_error(self, error: BaseException) -> None:
         """A publish (pool sync) failed; it is retried with backoff."""
+
+    def background_error(self, work: str, error: BaseException, severity: Severity) -> None:
+        """A round of the background work ``work`` (e.g. ``orphan-sweep``) failed
+        (:mod:`drakit.plugin.background`)."""
 
 
 @dataclass
@@ -73,6 +90,9 @@ class RecordedEvents(Events):
     def status_error(self, reason: str) -> None:
         self.seen.append(("status_error", (reason,)))
 
+    def status_unsupported(self, message: str) -> None:
+        self.seen.append(("status_unsupported", (message,)))
+
     def slice_validation_issue(self, issue: ValidationIssue) -> None:
         self.seen.append(("slice_validation_issue", (issue,)))
 
@@ -81,3 +101,6 @@ class RecordedEvents(Events):
 
     def publish_error(self, error: BaseException) -> None:
         self.seen.append(("publish_error", (error,)))
+
+    def background_error(self, work: str, error: BaseException, severity: Severity) -> None:
+        self.seen.append(("background_error", (work, error, severity)))

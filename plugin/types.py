@@ -1,7 +1,7 @@
 """Version-neutral types between the gRPC servers and the node logic.
 
 The gRPC layer (drakit.plugin.kubelet) converts v1 / v1beta1 messages to and from these; the node
-logic (drakit.plugin.node) never sees a protobuf message.
+logic (drakit.plugin.claims.node) never sees a protobuf message.
 """
 
 from __future__ import annotations
@@ -29,10 +29,17 @@ class PreparedDeviceRef:
 
 @dataclass
 class PrepareResult:
-    """The answer for one claim: its devices, or a non-empty ``error``."""
+    """The answer for one claim: its devices, or a non-empty ``error``.
+
+    Neither of the last two fields is sent to the kubelet nor compared: ``cause`` is the
+    exception behind ``error`` when a vendor hook (or drakit) raised one, whose traceback
+    goes into the claim's one failure line; ``reused`` is True for a claim answered from
+    its checkpoint record (prepared by an earlier call)."""
 
     devices: list[PreparedDeviceRef] = field(default_factory=list)
     error: str = ""
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
+    reused: bool = field(default=False, compare=False, repr=False)
 
 
 class NodeService(Protocol):

@@ -12,7 +12,8 @@ set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
 STAGING_VERSION="0.${K8S_VERSION#1.}"
-ETCD_VERSION="${ETCD_VERSION:-3.7.0}"
+# ETCD_VERSION and the Go toolchain default to what k8s.io/kubernetes's go.mod of K8S_VERSION pins.
+ETCD_VERSION="${ETCD_VERSION:-}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.4.2}"
 CNI_VERSION="${CNI_VERSION:-1.10.0}"
@@ -30,6 +31,83 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(kube-apiserver etcd kubectl kube-scheduler)
 
+KUBE_GOMOD="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod"
+
+kube_gomod() {
+  # The release's own go.mod (one small download); every pin below is read from it.
+  # A release that needs a newer Go than the local one still has its go.mod downloaded (the
+  # error is about the module zip): read the pins from it, GOTOOLCHAIN comes from its go line.
+  [ -f "$KUBE_GOMOD" ] && return 0
+  local out
+  out="$(cd "$ROOT" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" 2>&1 || true)"
+  [ -f "$KUBE_GOMOD" ] || {
+    log "the module proxy has no go.mod of k8s.io/kubernetes v$K8S_VERSION: $(printf '%s' "$out" \
+      | sed -n 's/^[[:space:]]*"Error": "\(.*\)",*$/\1/p' | head -1)"
+    exit 4; }
+}
+
+pins() {
+  # ETCD_VERSION: the go.etcd.io/etcd/server/v3 version the release requires.
+  # GOTOOLCHAIN: the release's `toolchain` (or `go`) line when it is newer than the local go.
+  kube_gomod
+  if [ -z "$ETCD_VERSION" ]; then
+    ETCD_VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" {sub(/^v/, "", $2); print $2; exit}' "$KUBE_GOMOD")"
+    [ -n "$ETCD_VERSION" ] || { log "no go.etcd.io/etcd/server/v3 pin in $KUBE_GOMOD"; exit 4; }
+  fi
+  local want have
+  want="$(awk '$1 == "go" {print $2; exit}' "$KUBE_GOMOD")"
+  have="$(go env GOVERSION)"; have="${have#go}"
+  if [ -z "${GOTOOLCHAIN:-}" ] && [ -n "$want" ] \
+     && [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | tail -1)" != "$have" ]; then
+    # go.mod's go line names a minimum: its toolchain line, else the Go release of that minor
+    # known to be served by the module proxy and to build it (1.27: go1.27.3, for
+    # k8s.io/kubernetes v1.38.0-beta.0, whose go line says 1.27.0, a release the proxy does
+    # not serve); the go command fetches it (~76 MB).
+    local tc
+    tc="$(awk '$1 == "toolchain" {print $2; exit}' "$KUBE_GOMOD")"
+    if [ -z "$tc" ]; then
+      case "$want" in 1.27|1.27.*) tc=go1.27.3 ;; esac
+    fi
+    export GOTOOLCHAIN="${tc:-go$want}"
+    log "k8s.io/kubernetes v$K8S_VERSION needs go $want (local $have): GOTOOLCHAIN=$GOTOOLCHAIN"
+  fi
+}
+
+staging_replaces() {
+  # One replace line per staging module the release lists. A module the proxy does not serve at
+  # v$STAGING_VERSION (k8s.io/endpointslice v0.32.13 is refused) is mapped to the newest patch of
+  # the same minor that it serves; with none at all the line is left out (the components that
+  # need it then fail to build and name it).
+  local names=() name
+  mapfile -t names < <(grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$KUBE_GOMOD" | awk '{print $1}' \
+    | grep -vE '^k8s.io/sample-(cli-plugin|controller)$')
+  local -A missing=()
+  while read -r bad; do [ -n "$bad" ] && missing["$bad"]=1; done < <(
+    go mod download -json "${names[@]/%/@v$STAGING_VERSION}" 2>/dev/null \
+      | python3 -c 'import json,sys
+dec=json.JSONDecoder(); s=sys.stdin.read(); i=0
+while True:
+    while i < len(s) and s[i].isspace(): i += 1
+    if i >= len(s): break
+    o, i = dec.raw_decode(s, i)
+    if o.get("Error"): print(o["Path"])')
+  local series="v${STAGING_VERSION%.*}."
+  for name in "${names[@]}"; do
+    if [ -z "${missing[$name]:-}" ]; then
+      printf '\t%s => %s v%s\n' "$name" "$name" "$STAGING_VERSION"; continue
+    fi
+    local near
+    near="$(go list -m -versions "$name" 2>/dev/null | tr ' ' '\n' | grep -F "$series" \
+      | grep -vE -- '-(alpha|beta|rc)' | sort -V | tail -1 || true)"
+    if [ -n "$near" ]; then
+      log "staging $name v$STAGING_VERSION is not served: using $near"
+      printf '\t%s => %s %s\n' "$name" "$name" "$near"
+    else
+      log "staging $name v$STAGING_VERSION is not served and has no ${series}x: no replace line"
+    fi
+  done
+}
+
 minor="${K8S_VERSION#1.}"; minor="${minor%%.*}"
 LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
@@ -39,16 +117,17 @@ LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
 k8s_module() {
   # One module that requires k8s.io/kubernetes and maps every staging module to its release.
   local mod="$SRC/kubernetes"
+  pins
   [ -f "$mod/.ready" ] && return 0
-  log "preparing module k8s.io/kubernetes v$K8S_VERSION (module downloads ~30 s cold)"
+  log "preparing module k8s.io/kubernetes v$K8S_VERSION with etcd v$ETCD_VERSION, go ${GOTOOLCHAIN:-$(go env GOVERSION)} (module downloads ~30 s cold)"
   mkdir -p "$mod/etcd"
-  (cd "$mod" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" >/dev/null)
-  local gomod
-  gomod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod"
+  local gover replaces
+  gover="$(awk '$1 == "go" {print $2; exit}' "$KUBE_GOMOD")"
+  replaces="$(cd "$ROOT" && staging_replaces)"
   {
     echo "module drakit.local/k8sbuild"
     echo
-    echo "go 1.25"
+    echo "go ${gover:-1.25}"
     echo
     echo "require ("
     echo "	k8s.io/kubernetes v$K8S_VERSION"
@@ -56,9 +135,7 @@ k8s_module() {
     echo ")"
     echo
     echo "replace ("
-    grep -E '^\s*k8s.io/[a-z0-9-]+ => ./staging/' "$gomod" | awk '{print $1}' \
-      | grep -vE '^k8s.io/sample-(cli-plugin|controller)$' \
-      | while read -r name; do printf '\t%s => %s v%s\n' "$name" "$name" "$STAGING_VERSION"; done
+    printf '%s\n' "$replaces"
     echo ")"
   } > "$mod/go.mod"
   cat > "$mod/etcd/main.go" <<'GO'
@@ -102,12 +179,12 @@ build_k8s() {
 }
 
 go_install() {
-  # go_install NAME MODULE_PATH@VERSION [TAGS]
-  local name="$1" target="$2" tags="${3:-}"
+  # go_install NAME MODULE_PATH@VERSION [TAGS] [LDFLAGS]
+  local name="$1" target="$2" tags="${3:-}" ldflags="${4:-}"
   [ -x "$BIN/$name" ] && { log "$name: cached"; return 0; }
   log "$name: building (go install $target)"
   local t0=$SECONDS
-  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" ${tags:+-tags "$tags"} "$target"
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w $ldflags" ${tags:+-tags "$tags"} "$target"
   log "$name: built in $((SECONDS - t0)) s"
 }
 
@@ -116,7 +193,17 @@ for c in "${components[@]}"; do
     kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubelet)
       build_k8s "$c" "k8s.io/kubernetes/cmd/$c" ;;
     etcd) build_k8s etcd ./etcd ;;
-    helm) go_install helm "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" ;;
+    helm)
+      # Without these (helm's own Makefile sets them from client-go), an offline
+      # `helm template` / `helm lint` assumes Kubernetes v1.20; this helm belongs to the
+      # K8S_VERSION tier, so it assumes that version. `helm version` names its own version.
+      k8s_major="${K8S_VERSION%%.*}" k8s_minor="${K8S_VERSION#*.}"; k8s_minor="${k8s_minor%%.*}"
+      go_install helm "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" "" \
+        "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION
+         -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=$k8s_major
+         -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor
+         -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=$k8s_major
+         -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor" ;;
     containerd)
       for b in containerd ctr containerd-shim-runc-v2; do
         go_install "$b" "github.com/containerd/containerd/v2/cmd/$b@v$CONTAINERD_VERSION" \

@@ -74,6 +74,6 @@ def test_the_wheels_only_top_level_package_is_drakit(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"drakit"}
-    assert "drakit/plugin/cli.py" in names and "drakit/plugin/_proto/dra/v1/api_pb2.py" in names
+    assert "drakit/plugin/ops/cli.py" in names and "drakit/plugin/_proto/dra/v1/api_pb2.py" in names
     assert "drakit/discovery/builtin/example-devices.yaml" in names
     assert "drakit/cdi/py.typed" in names and "drakit/py.typed" in names

@@ -64,8 +64,9 @@ base_recipe=1  # bump when the debootstrap step below changes what the base cont
 base_key=$( { echo "$suite $mirror $base_recipe"; cat "$here/packages.txt"; } | sha256sum | cut -c1-16)
 base_ref=localhost/drakit-debian:$suite-$base_key
 image_key=$( { echo "$base_key"; cat deploy/Containerfile "$here"/packages.txt \
-  "$here"/requirements.txt "$here"/install.sh pyproject.toml README.md;
-  find cdi discovery plugin -type f -not -path '*/__pycache__/*' -not -name '*.pyc' \
+  "$here"/requirements.txt "$here"/install.sh "$here"/sbom.sh "$here"/sbom-requirements.txt \
+  pyproject.toml README.md;
+  find cdi discovery plugin allocator src -type f -not -path '*/__pycache__/*' -not -name '*.pyc' \
     | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -c1-16)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 image_ref=localhost/drakit:$version-$image_key
@@ -115,10 +116,26 @@ if [ -n "$ca" ] && [ -f "$ca" ]; then
   ca_args=(-v "$(readlink -f "$ca"):/run/drakit-build-ca.crt:ro"
            --build-arg PIP_CA_FILE=/run/drakit-build-ca.crt)
 fi
+# OCI labels: the commit (with -dirty for uncommitted changes), the source repository
+# (DRAKIT_SOURCE_URL, else git's origin), the build time
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$revision" != unknown ] && [ -n "$(git status --porcelain -- cdi discovery plugin allocator src deploy pyproject.toml 2>/dev/null)" ]; then
+  revision=$revision-dirty
+fi
+source_url=${DRAKIT_SOURCE_URL:-$(git remote get-url origin 2>/dev/null || echo unknown)}
+created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 podman build --pull=never --network=host --quiet "${ca_args[@]}" \
   --build-arg DEBIAN_IMAGE="$base_ref" \
+  --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+  --build-arg SOURCE="$source_url" --build-arg CREATED="$created" \
+  --build-arg SOURCE_DATE_EPOCH="$(date -u +%s)" \
   -f deploy/Containerfile -t "$image_ref" . >&2
 podman tag "$image_ref" "localhost/drakit:$version"
+# the SBOM beside the image: $DRAKIT_IMAGE_OUT (default: the cache), named like the image
+out=${DRAKIT_IMAGE_OUT:-$cache}/drakit-$version-$image_key.cdx.json
+mkdir -p "$(dirname "$out")"
+cid=$(podman create "$image_ref")
+podman cp "$cid:/opt/drakit/sbom.cdx.json" "$out" && podman rm "$cid" >/dev/null
 size=$(podman image inspect --format '{{.Size}}' "$image_ref")
-say "built $image_ref: $((size / 1000000)) MB, $(( $(date +%s) - started )) s"
+say "built $image_ref: $((size / 1000000)) MB, $(( $(date +%s) - started )) s; SBOM: $out"
 echo "$image_ref"

@@ -9,8 +9,9 @@
 # of packages.txt that are missing (none after build.sh's debootstrap), a virtual
 # environment /opt/drakit with drakit and its pinned dependencies (no index: only
 # WHEEL_DIR), byte-compiled, then everything an image does not need is removed: apt lists
-# and caches, documentation, man pages, locales, logs, kubernetes' unused asyncio client. Ends by loading the agent and its native
-# dependencies (grpcio, libudev through pyudev).
+# and caches, documentation, man pages, locales, logs, kubernetes' unused asyncio client.
+# Ends by loading the agent and its native dependencies (grpcio, libudev through pyudev)
+# and by evaluating a selector with `drakit explain`'s CEL runtime (cel-expr-python).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 wheels=$1
@@ -59,4 +60,15 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/*
   /usr/share/lintian /root/.cache
 
 /opt/drakit/bin/drakit --help >/dev/null
+/opt/drakit/bin/drakit explain --help >/dev/null
 /opt/drakit/bin/python -c "import grpc, pyudev, kubernetes, prometheus_client; pyudev.Context()"
+# drakit explain's CEL runtime (cel-expr-python, a native extension): one DRA selector
+# compiled and evaluated in drakit.allocator's environment
+/opt/drakit/bin/python - <<'EOF'
+from drakit.allocator.celenv import default_environment
+env = default_environment()
+sel = env.compile('device.capacity["example.com"].memory.isGreaterThan(quantity("1Gi"))')
+dev = env.device_value("example.com", {"name": "d", "capacity": {"memory": {"value": "2Gi"}}})
+outcome = env.evaluate(sel, dev)
+assert outcome.value is True, outcome
+EOF

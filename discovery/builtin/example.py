@@ -236,7 +236,7 @@ class ExampleDiscovery(DiscoveryPlugin):
     config_kind: ClassVar[str | None] = "ExampleDeviceConfig"
     # prepare computes env and device nodes from the device and its config; nothing on the
     # node changes, so a claim is recorded in one checkpoint write
-    prepare_changes_node: ClassVar[bool | None] = False
+    prepare_changes_node: ClassVar[bool] = False
 
     def __init__(self, context: DiscoveryContext) -> None:
         super().__init__(context)
@@ -325,7 +325,7 @@ class ExampleDiscovery(DiscoveryPlugin):
     def _name(name: str) -> str:
         label = dns_label(name)
         if label != name:
-            _log.warning("example: device name %r is not a DNS label; using %r", name, label)
+            _log.warning("example: device name \"%s\" is not a DNS label; using %s", name, label)
         return label
 
     def _keys(self, values: dict[str, Any], device: str, what: str) -> dict[str, Any]:
@@ -338,7 +338,7 @@ class ExampleDiscovery(DiscoveryPlugin):
                 if type(key) is str:
                     names[key] = q
             if q != key:
-                _log.warning("example: device %s: %s key %r is not a qualified name; using %r",
+                _log.warning("example: device %s: %s key \"%s\" is not a qualified name; using %s",
                              device, what, key, q)
             out[q] = value
         return out

@@ -100,7 +100,7 @@ class NetDiscovery(DiscoveryPlugin):
     subsystems: ClassVar[tuple[str, ...]] = ("net",)
     # prepare reads sysfs and netlink and names the interface in the CDI edits; moving it
     # into the pod is the runtime's job (CDI netDevices), so nothing here needs a rollback
-    prepare_changes_node: ClassVar[bool | None] = False
+    prepare_changes_node: ClassVar[bool] = False
 
     def __init__(self, context: DiscoveryContext) -> None:
         super().__init__(context)

@@ -76,6 +76,8 @@ class PciDiscovery(DiscoveryPlugin):
 
     name: ClassVar[str] = "pci"
     subsystems: ClassVar[tuple[str, ...]] = ("pci",)
+    # the default prepare: container edits computed from the discovered device only
+    prepare_changes_node: ClassVar[bool] = False
 
     def __init__(self, context: DiscoveryContext) -> None:
         super().__init__(context)

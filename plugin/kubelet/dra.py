@@ -1,16 +1,16 @@
 """The DRA node service (NodePrepareResources / NodeUnprepareResources), v1 and v1beta1.
 
-Each servicer converts the request's claims to :class:`drakit.discovery.plugin.ClaimRef`, calls the
-:class:`drakit.plugin.types.NodeService`, and converts the answer back. Rules from the kubelet
-(fact sheet §2.3): the response map is keyed by claim UID and must hold exactly one entry per
-requested claim and no other key; a gRPC error fails every claim of the pod, so nothing here
-turns into one: an exception in the node service or a malformed result becomes per-claim
-``error`` strings. Duplicate UIDs in a request are answered once (the map has one key).
-``Device.share_id`` exists only in v1 and is dropped for v1beta1.
+Each servicer converts the request's claims to :class:`drakit.discovery.plugin.ClaimRef`, calls
+the :class:`drakit.plugin.types.NodeService`, and converts the answer back. Rules from the
+kubelet (k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go): the response map is keyed by claim
+UID and must hold exactly one entry per requested claim and no other key; a gRPC error fails
+every claim of the pod, so nothing here turns into one: an exception in the node service or a
+malformed result becomes per-claim ``error`` strings. Duplicate UIDs in a request are answered
+once (the map has one key). ``Device.share_id`` exists only in v1 and is dropped for v1beta1.
 
-Size bounds (the kubelet receives at most 4 MiB per response, grpc-go default, fact sheet
-§4.6): a request with more than :data:`MAX_CLAIMS_PER_REQUEST` distinct claims is refused
-with a short per-claim error and nothing is prepared; error strings are cut to
+Size bounds (the kubelet receives at most 4 MiB per response, grpc-go's default
+MaxCallRecvMsgSize): a request with more than :data:`MAX_CLAIMS_PER_REQUEST` distinct claims is
+refused with a short per-claim error and nothing is prepared; error strings are cut to
 :data:`MAX_ERROR_BYTES`. With at most 32 allocation results per claim
 (AllocationResultsMaxSize) and the name limits of the API, the largest possible answer stays
 well below 4 MiB (tests/reliability/test_rel_limits.py computes it).
@@ -28,8 +28,8 @@ from typing import Any
 import grpc
 
 from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.api.retry import call_deadline
 from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1
-from drakit.plugin.retry import call_deadline
 from drakit.plugin.types import NodeService, PrepareResult
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class DraNodeServicer:
     """Serves ``DRAPlugin`` of one version (``"v1.DRAPlugin"`` or ``"v1beta1.DRAPlugin"``).
 
     Thread-safe as long as the node service is: the kubelet calls concurrently for different
-    pods (fact sheet §4.2), and gRPC runs each call on its own worker thread.
+    pods (pkg/kubelet/cm/dra/manager.go), and gRPC runs each call on its own worker thread.
     """
 
     def __init__(self, node_service: NodeService, version: str = DRA_V1) -> None:
@@ -184,7 +184,8 @@ class DraNodeServicer:
         deadline = call_deadline(_time_remaining(context))
         claims, errors = claims_from_request(request.claims)
         results: dict[str, PrepareResult] = {}
-        if len(claims) + len(errors) > MAX_CLAIMS_PER_REQUEST:
+        too_many = len(claims) + len(errors) > MAX_CLAIMS_PER_REQUEST
+        if too_many:
             log.error("%s NodePrepareResources: %d claims in one request, at most %d; refused",
                       self.version, len(claims) + len(errors), MAX_CLAIMS_PER_REQUEST)
             message = (f"too many claims in one NodePrepareResources request "
@@ -202,13 +203,18 @@ class DraNodeServicer:
                 results = {c.uid: PrepareResult(error=_internal_error("prepare", exc))
                            for c in claims_to_prepare}
         response = self._pb2.NodePrepareResourcesResponse()
+        # the claims the node service never saw are logged here; it logs each of its own
+        # claims' outcome once (drakit.plugin.claims.node.ClaimLines)
+        failed = _ClaimLog(f"{self.version} NodePrepareResources")
         for uid, message in errors.items():
             response.claims[uid].error = bounded_error(message)
+            if not too_many:  # else the whole call was refused: said above, once
+                failed.warn("NodePrepareResources: claim entry (uid %s) refused: %s",
+                            _short(uid), response.claims[uid].error)
         wanted = {c.uid for c in claims}
         for uid in set(results) - wanted:
             log.warning("%s NodePrepareResources: node service answered for unrequested claim"
                         " uid %s; dropped", self.version, uid)
-        failed = _ClaimLog(f"{self.version} NodePrepareResources")
         for claim in claims:
             entry = response.claims[claim.uid]
             result = results.get(claim.uid)
@@ -221,6 +227,7 @@ class DraNodeServicer:
                 entry.error = _internal_error("prepare (converting the result)", exc)
             if entry.error:
                 entry.error = bounded_error(entry.error)
+            if result is None and claims_to_prepare:
                 failed.warn("NodePrepareResources: claim %s/%s (uid %s) failed: %s",
                             _short(claim.namespace), _short(claim.name), _short(claim.uid),
                             entry.error)
@@ -262,19 +269,23 @@ class DraNodeServicer:
                 log.exception("%s NodeUnprepareResources: node service raised", self.version)
                 results = {c.uid: _internal_error("unprepare", exc) for c in claims}
         response = self._pb2.NodeUnprepareResourcesResponse()
+        # as in NodePrepareResources: only the claims the node service never saw, or gave
+        # no result for, are logged here
+        failed = _ClaimLog(f"{self.version} NodeUnprepareResources")
         for uid, message in errors.items():
             response.claims[uid].error = bounded_error(message)
-        failed = _ClaimLog(f"{self.version} NodeUnprepareResources")
+            failed.warn("NodeUnprepareResources: claim entry (uid %s) refused: %s",
+                        _short(uid), response.claims[uid].error)
         for claim in claims:
             entry = response.claims[claim.uid]  # an empty entry means success
             if claim.uid not in results:
                 entry.error = "internal error: the node service returned no result for this claim"
+                if results:  # else the node service raised: logged once above
+                    failed.warn("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
+                                _short(claim.namespace), _short(claim.name),
+                                _short(claim.uid), entry.error)
             elif results[claim.uid]:
                 entry.error = bounded_error(str(results[claim.uid]))
-            if entry.error:
-                failed.warn("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
-                            _short(claim.namespace), _short(claim.name), _short(claim.uid),
-                            entry.error)
         failed.close()
         log.debug("%s NodeUnprepareResources: %d claim(s) in %.3fs", self.version,
                   len(response.claims), time.monotonic() - started)

@@ -1,6 +1,7 @@
 """The dra-health stream: ``NodeWatchResources`` for v1alpha1 and v1 ``DRAResourceHealth``.
 
-Fact sheet §3: every message carries the driver's **complete** device list. The kubelet
+KEP-4680 (k8s.io/kubelet pkg/apis/dra-health, kubelet pkg/kubelet/cm/dra/healthinfo.go):
+every message carries the driver's **complete** device list. The kubelet
 stamps devices with its own receive time and marks a device Unknown when it was not reported
 for ``health_check_timeout_seconds`` (default 30 s), so the list is sent when the stream
 opens, on every change of the :class:`drakit.plugin.types.HealthSource`, and again every

@@ -1,6 +1,7 @@
 """Names of the kubelet plugin protocol: registration strings and the stub modules per version.
 
-Strings from shared/reference/kubelet-wire-protocol.md §1.3: the ``supported_versions``
+Strings from k8s.io/kubelet pkg/apis/dra/v1/types.go (``DRAPluginService``) and
+pkg/apis/dra-health: the ``supported_versions``
 entries are ``<proto short package>.<Service>``, which for the DRA node service is *not* the
 gRPC service name (``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``).
 """

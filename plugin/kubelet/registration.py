@@ -6,7 +6,7 @@ rest of the plugin can read and wait on. A rejection (``plugin_registered=false`
 as an error with the kubelet's reason and makes the plugin not ready; the owner (the
 :class:`drakit.plugin.kubelet.server.PluginServer`) re-creates the registration socket with backoff,
 because the kubelet does not retry a plugin it already rejected on the same socket
-(fact sheet §1.6).
+(k8s.io/kubernetes pkg/kubelet/pluginmanager: reconciler.go, operationexecutor).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class RegistrationServicer:
         self._state.record(request.plugin_registered, request.error)
         if request.plugin_registered:
             log.info("driver %s: registered with the kubelet (endpoint %s, versions %s)",
-                     self._driver, self._info.endpoint, list(self._info.supported_versions))
+                     self._driver, self._info.endpoint, ", ".join(self._info.supported_versions))
         else:
             log.error("driver %s: the kubelet REJECTED the registration: %s",
                       self._driver, request.error or "(no reason given)")

@@ -2,8 +2,9 @@
 
 :class:`PluginServer` serves, on the DRA socket, DRA v1 + v1beta1, the dra-health stream
 (v1 + v1alpha1, unless disabled) and the standard gRPC health-checking service; and, on the
-registration socket, ``pluginregistration.Registration``. Behaviour from the fact sheet
-(§1.6, §4.4, §4.5):
+registration socket, ``pluginregistration.Registration``. Behaviour from the kubelet's
+plugin manager (k8s.io/kubernetes pkg/kubelet/pluginmanager) and the Go helper's
+kubeletplugin (k8s.io/dynamic-resource-allocation):
 
 - The DRA server starts first, then the registration server (the kubelet dials the endpoint
   as soon as it sees the registration socket).
@@ -32,6 +33,7 @@ import grpc
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from drakit.plugin.background import Supervisor
 from drakit.plugin.kubelet.dra import DraNodeServicer
 from drakit.plugin.kubelet.health import (
     DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS,
@@ -104,6 +106,7 @@ class PluginServer:
         rejection_backoff: tuple[float, float] = (1.0, 60.0),
         on_reregister: Callable[[], None] | None = None,
         stop_grace: float = 2.0,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.paths = SocketPaths.for_instance(driver_name, registrar_dir, plugins_dir, pod_uid)
@@ -123,6 +126,7 @@ class PluginServer:
         self._backoff_initial, self._backoff_max = rejection_backoff
         self._on_reregister = on_reregister
         self._grace = stop_grace
+        self._supervisor = supervisor or Supervisor()
 
         self._lock = threading.RLock()  # guards the server start / stop / swap
         self._retry_lock = threading.Lock()  # guards _retry_at / _backoff
@@ -171,8 +175,9 @@ class PluginServer:
                 self._stop_dra()
                 raise
             self._watcher = threading.Thread(
-                target=self._watch, name=f"drakit-regwatch-{self.driver_name}", daemon=True
-            )
+                target=self._supervisor.loop("registration-watch", self._watch_once,
+                                             lambda: self._watch_interval, self._stop),
+                name=f"drakit-regwatch-{self.driver_name}", daemon=True)
             self._watcher.start()
 
     def stop(self, grace: float | None = None) -> None:
@@ -309,13 +314,6 @@ class PluginServer:
             self._retry_at = time.monotonic() + delay
         log.error("driver %s: not ready (registration rejected); re-creating the registration"
                   " socket in %.1fs", self.driver_name, delay)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self._watch_interval):
-            try:
-                self._watch_once()
-            except Exception:
-                log.exception("driver %s: registration watcher step failed", self.driver_name)
 
     def _watch_once(self) -> None:
         with self._retry_lock:

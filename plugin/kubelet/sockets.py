@@ -1,7 +1,7 @@
 """Socket paths and socket-file lifecycle for the kubelet-facing gRPC servers.
 
-Naming follows the Go helper (k8s.io/dynamic-resource-allocation ``kubeletplugin``, fact
-sheet §4.5):
+Naming follows the Go helper (k8s.io/dynamic-resource-allocation ``kubeletplugin``,
+draplugin.go: PluginDataDirectoryPath, RegistrarDirectoryPath, RollingUpdate):
 
 - DRA socket: ``<plugins dir>/<driver>/dra.sock``; with a pod UID (rolling update)
   ``<plugins dir>/<driver>/dra-<podUID>.sock``.
@@ -10,9 +10,10 @@ sheet §4.5):
 
 When a per-pod path would not fit a unix socket address, hashed names are used instead:
 ``<driver>-<h8(uid)>-reg.sock``, then ``dra-<h16(driver + NUL + uid)>-reg.sock`` (the Go
-helper's ``RollingUpdateRegistrarSocketFile``), and ``dra-<h8(uid)>.sock`` for the DRA
-socket. ``hN(x)`` is the unpadded base64url encoding of the first N bytes of
-``sha256(x)`` (11 or 22 characters).
+helper's ``RollingUpdateRegistrarSocketFile``), and ``dra-<h8(uid)>`` (no suffix, as
+k8s.io/dynamic-resource-allocation v0.38 does, so that the longest driver name fits under the
+default plugins directory) for the DRA socket. ``hN(x)`` is the unpadded base64url encoding
+of the first N bytes of ``sha256(x)`` (11 or 22 characters).
 
 Limit: ``sun_path`` is 108 bytes including the terminating NUL, and gRPC core refuses a
 path of 108 bytes, so a usable path has at most :data:`MAX_SOCKET_PATH_BYTES` = 107 bytes.
@@ -109,7 +110,7 @@ def dra_socket_path(
 ) -> Path:
     """The absolute DRA socket path (the ``endpoint`` sent in GetInfo).
 
-    ``dra.sock``, or ``dra-<podUID>.sock`` / ``dra-<h8(podUID)>.sock`` with a pod UID.
+    ``dra.sock``, or ``dra-<podUID>.sock`` / ``dra-<h8(podUID)>`` with a pod UID.
     Raises :class:`SocketPathError` for a bad name or when no candidate fits.
     """
     base = plugin_data_dir(plugins_dir, driver_name)
@@ -117,7 +118,10 @@ def dra_socket_path(
         candidates = [base / "dra.sock"]
     else:
         validate_pod_uid(pod_uid)
-        candidates = [base / f"dra-{pod_uid}.sock", base / f"dra-{_hash(pod_uid, 8)}.sock"]
+        # the fallback has no ".sock": with it, the longest driver name (63 bytes) under the
+        # default /var/lib/kubelet/plugins would need 109 bytes (the 1.38 Go helper's
+        # rollingUpdatePluginSocketFile drops the suffix for that reason)
+        candidates = [base / f"dra-{pod_uid}.sock", base / f"dra-{_hash(pod_uid, 8)}"]
     for path in candidates:
         if _fits(path):
             return path

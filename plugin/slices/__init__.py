@@ -1,2 +1,3 @@
-"""ResourceSlice publishing: validate a pool against the API rules, split it into slices, and
-publish only the difference (see publisher.SlicePublisher)."""
+"""The inventory and ResourceSlice publishing: all plugins' pools (inventory.Inventory),
+validated against the API rules, split into slices, and published as only the difference
+(publisher.SlicePublisher)."""

@@ -1,5 +1,5 @@
 """The publisher's one way to send an API call: drakit's retry policy
-(:func:`drakit.plugin.retry.call_with_retries`) behind a Retry-After hold-back.
+(:func:`drakit.plugin.api.retry.call_with_retries`) behind a Retry-After hold-back.
 
 A 429/503 with ``Retry-After`` asks the client to wait; :func:`call_with_retries` does so for
 the call that got it. :class:`ApiCalls` also holds back every *later* call sent through it
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from drakit.plugin.retry import Backoff, Deadline, call_with_retries, retry_after_seconds
+from drakit.plugin.api.retry import Backoff, Deadline, call_with_retries, retry_after_seconds
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,9 +1,10 @@
 """Field errors in the API server's shape: a field path, an error type, a value and a detail.
 
-Rendering follows apimachinery ``field.Error`` (shared/reference/resource-api-validation.md §1):
-``<path>: <Type>[: <value>][: <detail>]``. Strings are quoted, int/bool printed bare, other
-values as JSON; ``Too long`` prints no value; ``Required`` / ``Forbidden`` print only the
-detail; ``Too many`` prints ``<n>: must have at most <max> items``.
+Rendering follows apimachinery ``field.Error`` (k8s.io/apimachinery
+pkg/util/validation/field/errors.go): ``<path>: <Type>[: <value>][: <detail>]``. Strings are
+quoted, int/bool printed bare, other values as JSON; ``Too long`` prints no value; ``Required``
+/ ``Forbidden`` print only the detail; ``Too many`` prints ``<n>: must have at most <max>
+items``.
 
 Paths join field names with ``.`` and write list indexes and map keys in brackets without
 quotes (``spec.devices[3].attributes[dra.example.com/model].string``).

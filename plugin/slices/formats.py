@@ -1,7 +1,7 @@
 """String formats the resource.k8s.io API checks, with the server's error texts.
 
-Source: resource-api-validation.md §2 (apimachinery pkg/util/validation and
-pkg/apis/resource/validation). Every length counts UTF-8 bytes; every regex is matched in
+Source: k8s.io/apimachinery pkg/util/validation and k8s.io/kubernetes
+pkg/apis/resource/validation. Every length counts UTF-8 bytes; every regex is matched in
 full with ASCII semantics, like Go's anchored ``^…$``.
 """
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from drakit.plugin.retry import ErrorKind, classify
+from drakit.plugin.api.retry import ErrorKind, classify
 from drakit.plugin.slices.formats import is_label_value
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class NodeOwner:
     """The owner reference for the slices of Node ``node_name``.
 
     ``fetch_uid`` returns the Node's ``metadata.uid`` (``GET /api/v1/nodes/<name>``, with the
-    caller's retries); an error it raises that :func:`~drakit.plugin.resourceapi.classify` calls
+    caller's retries); an error it raises that :func:`~drakit.plugin.api.resourceapi.classify` calls
     NOT_FOUND means the Node does not exist, every other error is raised to the caller of
     :meth:`reference`. ``uid``: a UID known in advance (used until invalidated).
     Thread-safe.
@@ -103,6 +103,7 @@ class NodeOwner:
         self._lock = threading.Lock()
         self._uid = uid
         self._stale = False
+        self._absent_said = False
         self.lookups = 0
         """GET node calls made (for tests and metrics)."""
 
@@ -119,6 +120,27 @@ class NodeOwner:
                 return
             self._stale = True
         log.info("owner Node %s to be read again: %s", self.node, reason)
+
+    def adopt(self, uid: str) -> bool:
+        """The Node as a watch saw it has ``uid``; the owner takes it without a request.
+        True when the published slices must change: the Node has another UID than the one
+        they name (registered again), or it was absent when they were written (no owner
+        reference). False for what they already name, and for the first UID before any
+        publish read one (the first publish then needs no GET)."""
+        with self._lock:
+            old, absent = self._uid, self._absent_said
+            if old == uid and not self._stale:
+                return False
+            self._uid, self._stale = uid, False
+        if old is None and absent:
+            log.info("Node %s exists now (uid %s): ResourceSlices get it as their owner",
+                     self.node, uid)
+            return True
+        if old is not None and old != uid:
+            log.warning("node %s has a new UID %s (was %s); ResourceSlices follow the new "
+                        "owner", self.node, uid, old)
+            return True
+        return False
 
     def reference(self) -> dict[str, Any] | None:
         """The ``metadata.ownerReferences`` entry (``apiVersion v1, kind Node, name, uid,
@@ -137,8 +159,16 @@ class NodeOwner:
             with self._lock:
                 self._uid, self._stale = fresh, False
             if fresh is None:
-                log.warning("node %s not found; publishing ResourceSlices without an owner "
-                            "reference for now", self.node)
+                # Normal in a demo or test without a Node object, and for a moment while the
+                # kubelet registers a new node: said once, not at every publish.
+                with self._lock:
+                    first, self._absent_said = not self._absent_said, True
+                log.log(logging.INFO if first else logging.DEBUG,
+                        "no Node object %s (yet): ResourceSlices are published without an "
+                        "owner reference until it exists", self.node)
+            elif uid is None and self._absent_said:
+                log.info("Node %s exists now (uid %s): ResourceSlices get it as their owner",
+                         self.node, fresh)
             elif uid is not None and fresh != uid:
                 log.warning("node %s has a new UID %s (was %s); ResourceSlices follow the new "
                             "owner", self.node, fresh, uid)

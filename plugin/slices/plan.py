@@ -5,7 +5,7 @@ the slice specs to publish (:mod:`~drakit.plugin.slices.validate` +
 :mod:`~drakit.plugin.slices.split`); :func:`plan_sync` compares them with the listed slices
 (from a LIST or the publisher's local view) and returns one :class:`PoolPlan` per pool, made
 by :func:`plan_pool`; :class:`~drakit.plugin.slices.writes.SliceWriter` executes them.
-The rules are those of the Go ``resourceslice`` controller (existing-drivers.md §5.2)
+The rules are those of the Go ``resourceslice`` controller (k8s.io/dynamic-resource-allocation)
 and the ResourceSlice API (``spec.pool.generation``: "whenever a driver changes something
 about one or more of the resources in a pool, it must change the generation in all
 ResourceSlices which are part of that pool"):
@@ -82,7 +82,8 @@ def desired_state(pools: Sequence[Pool], driver: str, node: str, rules: RuleOpti
         if result.pool is None:
             skipped.add(pool.name)
             continue
-        specs[result.pool.name] = split_pool(result.pool, driver, node)
+        specs[result.pool.name] = split_pool(
+            result.pool, driver, node, with_devices=rules.counter_sets_with_devices)
         devices += len(result.pool.devices)
     return DesiredState(specs, skipped - set(specs), devices, issues)
 

@@ -4,7 +4,7 @@
 complete desired state (every pool of this driver on this node); the publisher validates it
 (:mod:`drakit.plugin.slices.validate`), splits each pool (:mod:`drakit.plugin.slices.split`),
 lists what is published, and writes only the difference. The semantics follow the Go
-``k8s.io/dynamic-resource-allocation/resourceslice`` controller (existing-drivers.md §5.2):
+``k8s.io/dynamic-resource-allocation/resourceslice`` controller (resourceslicecontroller.go):
 
 * Listing: this driver's slices on this node by field selectors ``spec.driver`` and
   ``spec.nodeName``; pools that are not node-local (nodeSelector, allNodes,
@@ -30,7 +30,7 @@ lists what is published, and writes only the difference. The semantics follow th
   someone else deleted waits :class:`~drakit.plugin.slices.owner.RecreateBackoff` (``watch_delay``,
   doubling per round up to ``resync_period``).
 * Errors: every call goes through :class:`~drakit.plugin.slices.calls.ApiCalls` (drakit's
-  one retry policy, :mod:`drakit.plugin.retry`: 429 honouring Retry-After, 5xx and
+  one retry policy, :mod:`drakit.plugin.api.retry`: 429 honouring Retry-After, 5xx and
   connection errors retried with exponential backoff and jitter); a Retry-After also holds
   back every later call of the publisher until it has passed (including the next sync's
   LIST, which a resync asked for meanwhile would otherwise send at once); a 409 (or an
@@ -71,10 +71,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from drakit.discovery.model import Pool
+from drakit.plugin.api.resourceapi import ResourceAPI, WatchEvent
+from drakit.plugin.api.retry import Backoff, Deadline, ErrorKind, classify, describe
+from drakit.plugin.background import Supervisor
 from drakit.plugin.events import Events
-from drakit.plugin.resourceapi import ResourceAPI, WatchEvent
-from drakit.plugin.retry import Backoff, Deadline, ErrorKind, classify, describe
 from drakit.plugin.slices.calls import ApiCalls
+from drakit.plugin.slices.nodewatch import NodeWatch
 from drakit.plugin.slices.owner import (
     PUBLISHER_NODE_LABEL,
     NodeOwner,
@@ -84,7 +86,7 @@ from drakit.plugin.slices.owner import (
 )
 from drakit.plugin.slices.plan import DesiredState, desired_state
 from drakit.plugin.slices.reconcile import PublishError, Reconciler
-from drakit.plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
+from drakit.plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions, for_server
 from drakit.plugin.slices.schedule import ResyncSchedule
 from drakit.plugin.slices.validate import ValidationIssue
 from drakit.plugin.slices.view import SliceView
@@ -108,7 +110,8 @@ class PublisherStats:
     attributes, counter sets, pools left out) in the current desired state.
     ``published_once``: a sync has succeeded (readiness). ``generations``: pool → generation.
     ``lists``: LIST requests (pages count once); ``watches``: watch requests that opened a
-    stream; ``last_verified_time``: ``time.time()`` of the last sync that compared the
+    stream; ``watch_restarts``: watches that broke or failed to open, by ``expired`` (410)
+    and ``error``; ``last_verified_time``: ``time.time()`` of the last sync that compared the
     desired state with a current view (right after a LIST, or while the watch is open).
     """
 
@@ -126,6 +129,7 @@ class PublisherStats:
     generations: dict[str, int] = field(default_factory=dict)
     lists: int = 0
     watches: int = 0
+    watch_restarts: dict[str, int] = field(default_factory=dict)
     last_verified_time: float | None = None
 
 
@@ -145,7 +149,7 @@ class SyncReport:
 class SlicePublisher:
     """Publishes ``driver_name``'s pools for ``node_name`` (see the module docstring).
 
-    Parameters: ``resource_api`` (a :class:`~drakit.plugin.resourceapi.ResourceAPI`);
+    Parameters: ``resource_api`` (a :class:`~drakit.plugin.api.resourceapi.ResourceAPI`);
     ``node_uid`` (looked up with GET node when None); ``strict`` (refuse a publish with any
     validation issue instead of leaving the broken parts out); ``resync_period`` (mean
     seconds between background verifications against the local view, which send no request
@@ -185,6 +189,7 @@ class SlicePublisher:
         events: Events | None = None,
         sleep: Callable[[float], Any] | None = None,
         rng: Callable[[], float] | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         if not driver_name or not node_name:
             raise ValueError("driver_name and node_name are required")
@@ -197,6 +202,7 @@ class SlicePublisher:
         self._max_sync_attempts = max(1, max_sync_attempts)
         self._rules = rule_options
         self._events = events or Events()
+        self._supervisor = supervisor or Supervisor(self._events)
         self._rng = rng or random.Random(f"drakit/{driver_name}/{node_name}").random
         self._stopping = threading.Event()
         self._calls = ApiCalls(self._t.backoff, sleep=sleep or self._interruptible_sleep,
@@ -212,15 +218,21 @@ class SlicePublisher:
         self._watcher = SliceWatcher(resource_api, driver_name, [self._local, self._remote],
                                      self._view, own, self._t, seed=self._rng,
                                      wanted=self._wanted, on_foreign=self._on_foreign,
-                                     schedule=self._schedule.ask, stopping=self._stopping)
+                                     schedule=self._schedule.ask, stopping=self._stopping,
+                                     supervisor=self._supervisor)
         self._writer = SliceWriter(resource_api, self._calls, self._view, own, self._events,
                                    label_value=self._label_value,
                                    generate_name=slice_name_prefix(node_name, driver_name))
+        self._node_watch = NodeWatch(resource_api, self._owner, self._on_node_change,
+                                     self._t, self._stopping,
+                                     seed=f"drakit/{driver_name}/{node_name}",
+                                     supervisor=self._supervisor)
         self._reconcile = Reconciler(self._writer, self._owner, own, self._view,
                                      self._label_value, f"{driver_name} on {node_name}")
         self._sync_lock = threading.Lock()      # one sync at a time
         self._lock = threading.Lock()           # guards the fields below
         self._desired: DesiredState | None = None
+        self._layout_pending: list[Pool] | None = None  # pools split without the release
         self._stats = PublisherStats()
         self._remote_listed = False
         self._threads: list[threading.Thread] = []
@@ -235,12 +247,18 @@ class SlicePublisher:
             return replace(self._stats, generations=self._reconcile.generations,
                            creates=totals["create"], updates=totals["update"],
                            deletes=totals["delete"], slice_writes=totals.total(),
-                           watches=self._watcher.watches)
+                           watches=self._watcher.watches,
+                           watch_restarts=dict(self._watcher.restarts))
 
     @property
     def watching(self) -> bool:
         """True while the background watch has a stream open."""
         return self._watcher.is_open(self._local)
+
+    @property
+    def node_watching(self) -> bool:
+        """True once the watch on this node's Node object has opened a stream."""
+        return self._node_watch.watches > 0
 
     @property
     def next_syncs(self) -> tuple[float, float | None]:
@@ -265,8 +283,8 @@ class SlicePublisher:
         validation issue raises :class:`~drakit.plugin.slices.validate.SliceValidationError`
         and nothing is written or stored.
         """
-        desired = desired_state(list(pools), self.driver, self.node, self._rules,
-                                strict=self.strict)
+        pools = list(pools)
+        desired = self._desired_state(pools)
         with self._lock:
             old = {str(i) for i in self._desired.issues} if self._desired else set()
             self._desired = desired
@@ -279,6 +297,33 @@ class SlicePublisher:
             self.trigger()
             return None
         return self.sync()
+
+    def _desired_state(self, pools: list[Pool]) -> DesiredState:
+        """Validate and split ``pools`` by the rules of the server's release. The release
+        matters only to counter sets (their slice layout up to 1.34, :func:`~drakit.plugin.
+        slices.rules.for_server`), so ``GET /version`` is asked (once) only for a node that
+        has them; while it cannot be read, the 1.35+ layout is used and the pools are kept
+        to be split again by the next sync that reads it."""
+        rules_now = self._rules
+        unknown = False
+        if any(p.counter_sets for p in pools):
+            version = self.api.server_version()
+            unknown = version == "unknown"
+            rules_now = for_server(self._rules, version)
+        desired = desired_state(pools, self.driver, self.node, rules_now, strict=self.strict)
+        with self._lock:
+            self._layout_pending = pools if unknown else None
+        return desired
+
+    def _split_again_if_known(self) -> None:
+        """Redo the desired state of a publish that could not read the server's release."""
+        with self._lock:
+            pools = self._layout_pending
+        if pools is None or self.api.server_version() == "unknown":
+            return
+        desired = self._desired_state(pools)
+        with self._lock:
+            self._desired = desired
 
     def sync(self) -> SyncReport:
         """List this publisher's slices (both scopes), compare them with the desired state
@@ -298,9 +343,10 @@ class SlicePublisher:
             self._stopping.clear()
             self._own.stop(False)
             self._schedule.start(now=self._desired is not None)
-            self._threads = [threading.Thread(target=self._resync_loop, daemon=True,
-                                              name="drakit-slices-resync"),
-                             *self._watcher.threads()]
+            self._threads = [threading.Thread(
+                target=self._supervisor.thread("publish", self._resync_loop), daemon=True,
+                name="drakit-slices-resync"),
+                             *self._watcher.threads(), self._node_watch.thread()]
             threads = list(self._threads)
         for t in threads:
             t.start()
@@ -314,6 +360,7 @@ class SlicePublisher:
         self._own.stop()
         self._schedule.wake()
         self._watcher.stop()
+        self._node_watch.stop()
         for t in threads:
             t.join(timeout)
 
@@ -330,6 +377,7 @@ class SlicePublisher:
         publisher needs (:meth:`_scopes`), and without it the local view is compared, with
         no request unless something differs. A conflict lists again."""
         with self._sync_lock:
+            self._split_again_if_known()
             with self._lock:
                 desired = self._desired
             if desired is None:
@@ -424,13 +472,14 @@ class SlicePublisher:
                 self._sync(relist=relist)
                 failures = 0
                 self._schedule.succeeded()
+                self._supervisor.succeeded("publish")
             except Exception as exc:
                 if self._stopping.is_set():
                     return
                 failures += 1
                 delay = self._t.recovery_delay(failures, self._rng)
-                log.warning("publishing ResourceSlices failed (%s); retrying in %.1fs", exc,
-                            delay)
+                if not self._supervisor.report("publish", exc, retry_in=delay, trace=False):
+                    return
                 self._schedule.failed(delay)
 
     def _on_foreign(self, scope: Scope, event: WatchEvent, rng: Callable[[], float]) -> None:
@@ -447,6 +496,10 @@ class SlicePublisher:
         log.info("ResourceSlice %s %s by someone else; resync in %.1fs", name,
                  event.type.lower(), delay)
         self._schedule.ask(delay)
+
+    def _on_node_change(self) -> None:
+        """The Node has a new UID (registered again): rewrite the slices' owner now."""
+        self.trigger()
 
     def _interruptible_sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):

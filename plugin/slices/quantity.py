@@ -1,9 +1,9 @@
 """Kubernetes resource quantities as exact decimals (apimachinery ``resource.Quantity``).
 
-Grammar (resource-api-validation.md §2): an optional sign, digits with an optional ``.``
-fraction, then one suffix: binary ``Ki Mi Gi Ti Pi Ei``, decimal ``n u m "" k M G T P E``, or
-``e``/``E`` followed by a signed integer. Parsed values are rounded up (away from zero) to
-9 decimal places. :func:`canonical` renders a value the way the API server prints it
+Grammar (k8s.io/apimachinery pkg/api/resource/quantity.go): an optional sign, digits with an
+optional ``.`` fraction, then one suffix: binary ``Ki Mi Gi Ti Pi Ei``, decimal ``n u m "" k M
+G T P E``, or ``e``/``E`` followed by a signed integer. Parsed values are rounded up (away from
+zero) to 9 decimal places. :func:`canonical` renders a value the way the API server prints it
 (``1.05`` → ``1050m``, ``1.5Gi`` → ``1536Mi``).
 """
 

@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from drakit.plugin.retry import describe
+from drakit.plugin.api.retry import describe
 from drakit.plugin.slices.compare import ServerKeys
 from drakit.plugin.slices.owner import NodeOwner, metadata_ok
 from drakit.plugin.slices.plan import DesiredState, PoolPlan, plan_sync
@@ -87,7 +87,7 @@ class Reconciler:
                 except (Replan, PublishError):
                     raise
                 except Exception as exc:
-                    failures.append(f"pool {plan.pool!r}: {describe(exc)}")
+                    failures.append(f"pool {plan.pool}: {describe(exc)}")
         finally:
             names = {obj["metadata"]["name"] for obj in self._view.slices()}
             with self._lock:

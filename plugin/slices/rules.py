@@ -2,10 +2,11 @@
 
 The functions take the JSON a slice is sent as (``Device.to_api()``, ``CounterSet.to_api()``
 or a whole slice) and return :class:`~drakit.plugin.slices.fielderrors.FieldError` lists with the
-server's paths, types and wording. Rules, limits and texts: shared/reference/
-resource-api-validation.md §1 to §9 (Kubernetes 1.35+ / master; the 1.34 differences of §14
-are not modelled). Like the server, a list or map over its size limit reports only
-``Too many`` and its items are not checked.
+server's paths, types and wording. Rules, limits and texts: k8s.io/kubernetes
+pkg/apis/resource/validation/validation.go and the limits of k8s.io/api resource/v1
+types.go (Kubernetes 1.35+; of the 1.34 differences, :func:`for_server` carries the slice
+layout of counter sets and the taint limit, the rest is not modelled). Like the server, a
+list or map over its size limit reports only ``Too many`` and its items are not checked.
 
 :func:`validate_slice` checks a whole slice; :mod:`drakit.plugin.slices.validate` uses the device,
 attribute and counter set checks one by one to drop only what is broken.
@@ -14,7 +15,8 @@ attribute and counter set checks one by one to drop only what is broken.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from drakit.plugin.slices import fielderrors as fe
@@ -34,6 +36,9 @@ MAX_COUNTERS_PER_CONSUMPTION: Final = 32
 MAX_BINDING_CONDITIONS: Final = 4
 MAX_VALID_VALUES: Final = 10
 MAX_COMPATIBILITY_GROUPS: Final = 2
+#: Entries of a request's ``capacity.requests`` and of an allocation result's
+#: ``consumedCapacity`` (resource.k8s.io ``MaxCapacityRequirements``, Kubernetes 1.38).
+MAX_CAPACITY_REQUIREMENTS: Final = 32
 SKIP_NODE_OPERATIONS: Final = ("NodePrepareResources", "NodeUnprepareResources", "*")
 QUALIFIED_NAME_PATH_MAX: Final = 63 + 1 + 32
 COUNTER_KEY_PATH_MAX: Final = 63
@@ -56,16 +61,55 @@ class RuleOptions:
     released servers). ``reject_negative_quantities``: drakit's own rule that capacity and
     counter values are ≥ 0 (the server accepts negatives; a negative inventory is always a
     discovery bug). ``max_taints``: 16 (1.35+; 1.34 allowed 4).
+    ``reject_driver_qualified_names``: an attribute or capacity name qualified with the
+    driver's own domain (``<driver>/foo``) is refused, the driver's domain being implicit:
+    the rule of k8s.io/dynamic-resource-allocation v0.38 (``resourceslice``
+    ``Options.ValidateQualifiedNames``, on by default); the server does not check it.
     """
 
     fractional_capacity_range: bool = False
     reject_negative_quantities: bool = False
     max_taints: int = MAX_TAINTS
+    reject_driver_qualified_names: bool = False
+    counter_sets_with_devices: bool = False
+    """Kubernetes ≤ 1.34 (KEP-4815 alpha, gate DRAPartitionableDevices): a device's
+    ``consumesCounters[].counterSet`` must name a counter set in the *same* ResourceSlice
+    (``must reference a counterSet defined in the ResourceSlice sharedCounters``), so the
+    counter sets go into the slices of the devices that consume them. 1.35+ forbids the two
+    in one slice (``only one of `sharedCounters` or `devices` is allowed``)."""
+
+
+MAX_TAINTS_1_34: Final = 4
+MAX_SHARED_COUNTERS_1_34: Final = 32
+"""Kubernetes ≤ 1.34 (resource/v1 ``ResourceSliceMaxSharedCounters``): counters summed over
+all counter sets of one slice."""
+MAX_DEVICE_COUNTERS_PER_SLICE_1_34: Final = 1024
+"""Kubernetes ≤ 1.34 (``ResourceSliceMaxDeviceCountersPerSlice``): counters summed over the
+``consumesCounters`` of every device of one slice."""
+
+
+def server_minor(git_version: str) -> int | None:
+    """The minor release of a ``GET /version`` ``gitVersion`` (``v1.33.13`` → 33,
+    ``v1.38.0-beta.0`` → 38); None when it is not of that form (``unknown``)."""
+    match = re.match(r"^v?1\.(\d+)(?:\.|$)", git_version)
+    return int(match.group(1)) if match else None
+
+
+def for_server(options: RuleOptions, git_version: str) -> RuleOptions:
+    """``options`` with the rules of the Kubernetes release ``git_version`` names: up to 1.34
+    the counter sets share the slices of their devices and at most 4 taints per device
+    (resource/v1 validation of that release); 1.35+ and an unknown version: ``options``."""
+    minor = server_minor(git_version)
+    if minor is None or minor > 34:
+        return options
+    return replace(options, counter_sets_with_devices=True,
+                   max_taints=min(options.max_taints, MAX_TAINTS_1_34))
 
 
 SERVER_PARITY: Final = RuleOptions()
 """Exactly the server's rules (for test vectors)."""
-DRAKIT_DEFAULT: Final = RuleOptions(reject_negative_quantities=True)
+DRAKIT_DEFAULT: Final = RuleOptions(reject_negative_quantities=True,
+                                    reject_driver_qualified_names=True)
 """The server's rules plus drakit's stricter ones; what the publisher uses."""
 
 
@@ -192,7 +236,8 @@ def attribute_value_count(attr: Any) -> int:
 
 def validate_capacity(key: str, cap: Any, map_path: str, allow_multiple: bool,
                       opts: RuleOptions = SERVER_PARITY) -> list[FieldError]:
-    """One ``capacity`` entry: key, ``value`` and ``requestPolicy`` (§7)."""
+    """One ``capacity`` entry: key, ``value`` and ``requestPolicy`` (DeviceCapacity,
+    DRAConsumableCapacity, Kubernetes 1.34+)."""
     errs = formats.qualified_name(key, map_path)
     path = fe.key(map_path, key, QUALIFIED_NAME_PATH_MAX)
     if not isinstance(cap, dict):
@@ -206,6 +251,25 @@ def validate_capacity(key: str, cap: Any, map_path: str, allow_multiple: bool,
             errs.append(fe.forbidden(ppath, "allowMultipleAllocations must be true"))
         if value is not None and isinstance(policy, dict):
             errs.extend(_request_policy(value, policy, ppath, opts))
+    return errs
+
+
+def validate_capacity_amounts(amounts: Any, path: str) -> list[FieldError]:
+    """A map of capacity name → quantity: a request's ``capacity.requests`` or an allocation
+    result's ``consumedCapacity``. At most :data:`MAX_CAPACITY_REQUIREMENTS` entries
+    (Kubernetes 1.38: ``MaxCapacityRequirements``, validated as ``maxProperties=32``), keys
+    qualified names, values quantities that are not negative."""
+    if not isinstance(amounts, dict):
+        return [fe.invalid(path, amounts, "must be a map")]
+    if len(amounts) > MAX_CAPACITY_REQUIREMENTS:
+        return [fe.too_many(path, len(amounts), MAX_CAPACITY_REQUIREMENTS)]
+    errs: list[FieldError] = []
+    for key in sorted(amounts, key=str):
+        errs.extend(formats.qualified_name(str(key), path))
+        kpath = fe.key(path, str(key), QUALIFIED_NAME_PATH_MAX)
+        q = _quantity(amounts[key], kpath, errs)
+        if q is not None and q.value < 0:
+            errs.append(fe.invalid(kpath, amounts[key], "must be greater than or equal to 0"))
     return errs
 
 
@@ -574,7 +638,8 @@ def validate_skip_node_operations(ops: Any, path: str = "spec.skipNodeOperations
 # node selection
 
 def validate_node_selector(sel: Any, path: str, exactly_one_term: bool) -> list[FieldError]:
-    """A core NodeSelector (§4a). ``exactly_one_term`` applies to ``spec.nodeSelector`` only."""
+    """A core NodeSelector (core/v1 ``NodeSelector`` rules, k8s.io/kubernetes
+    pkg/apis/core/validation). ``exactly_one_term`` applies to ``spec.nodeSelector`` only."""
     errs: list[FieldError] = []
     sel = sel if isinstance(sel, dict) else {}
     tpath = fe.child(path, "nodeSelectorTerms")
@@ -650,7 +715,7 @@ def _set_list(names: list[str]) -> str:
 
 def validate_spec_node_selection(spec: dict[str, Any], path: str = "spec") -> list[FieldError]:
     """Exactly one of ``nodeName`` (non-empty), ``nodeSelector``, ``allNodes: true``,
-    ``perDeviceNodeSelection: true`` (§4)."""
+    ``perDeviceNodeSelection: true`` (ResourceSliceSpec)."""
     errs: list[FieldError] = []
     chosen: list[str] = []
     if "nodeName" in spec and spec["nodeName"] is not None:
@@ -715,8 +780,8 @@ def _device_node_selection(device: dict[str, Any], path: str,
 # taints and binding conditions
 
 def validate_taints(taints: Any, path: str, opts: RuleOptions = SERVER_PARITY) -> list[FieldError]:
-    """``devices[i].taints`` (§9): ≤ 16; label-key ``key``, label-value ``value``, ``effect``
-    one of NoSchedule, NoExecute, None."""
+    """``devices[i].taints`` (DeviceTaint, KEP-5055): ≤ 16; label-key ``key``, label-value
+    ``value``, ``effect`` one of NoSchedule, NoExecute, None."""
     if not isinstance(taints, list):
         return [fe.invalid(path, taints, "must be a list")]
     if len(taints) > opts.max_taints:
@@ -832,7 +897,8 @@ def validate_device_structure(device: dict[str, Any], path: str, *, per_device: 
 
 def validate_device(device: dict[str, Any], path: str, *, per_device: bool,
                     opts: RuleOptions = SERVER_PARITY) -> list[FieldError]:
-    """All rules for one ``spec.devices[i]`` (§5 to §9)."""
+    """All rules for one ``spec.devices[i]`` (``Device``: attributes, capacity, counters,
+    taints, node selection)."""
     errs: list[FieldError] = []
     amap = fe.child(path, "attributes")
     attributes = device.get("attributes") or {}
@@ -860,7 +926,7 @@ def validate_slice(obj: dict[str, Any], opts: RuleOptions = SERVER_PARITY) -> li
 
 
 def validate_spec(spec: dict[str, Any], opts: RuleOptions = SERVER_PARITY) -> list[FieldError]:
-    """All server rules for a ResourceSlice ``spec`` (§4 and below)."""
+    """All server rules for a ResourceSlice ``spec`` (``ResourceSliceSpec`` and below)."""
     errs = formats.driver_name(spec.get("driver") or "", "spec.driver")
     raw_pool = spec.get("pool")
     pool: dict[str, Any] = raw_pool if isinstance(raw_pool, dict) else {}
@@ -908,6 +974,18 @@ def validate_spec(spec: dict[str, Any], opts: RuleOptions = SERVER_PARITY) -> li
     if spec.get("skipNodeOperations") is not None:
         errs.extend(validate_skip_node_operations(spec["skipNodeOperations"]))
     return errs
+
+
+def driver_qualified_name(driver: str, key: str, path: str) -> list[FieldError]:
+    """``<driver>/<id>`` as an attribute or capacity name of ``driver``'s own devices: refused
+    (k8s.io/dynamic-resource-allocation v0.38 ``validateUnqualifiedName``: the driver's domain
+    is implicit, so the name means ``<id>``, and publishing both spellings makes CEL lookups
+    pick one at random). ``path`` is the map's path; the error names the key."""
+    domain, sep, ident = key.partition("/")
+    if sep and domain == driver:
+        return [fe.invalid(path, key, f"use unqualified {json.dumps(ident)}, the driver name "
+                                      "is added implicitly")]
+    return []
 
 
 def driver_warnings(driver: str) -> list[str]:

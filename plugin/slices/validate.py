@@ -14,8 +14,10 @@ at another index of another slice.
 
 Rules checked here on top of the server's (rules.py): device names and counter set names
 unique in the pool, every ``consumesCounters`` entry names a counter set of the pool and
-only counters that set has (the scheduler's pool checks, fact sheet §4b), and no attribute
-given both bare and with the driver's own domain (``model`` and ``<driver>/model``).
+only counters that set has (the scheduler's pool checks), no attribute given both bare and
+with the driver's own domain (``model`` and ``<driver>/model``), and the checks of
+:mod:`drakit.plugin.slices.usable` (no device consumes more than its counter set holds, no
+quantities of one counter or capacity in mixed kinds of unit).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 from drakit.discovery.model import Pool
 from drakit.plugin.slices import fielderrors as fe
-from drakit.plugin.slices import formats, rules
+from drakit.plugin.slices import formats, rules, usable
 from drakit.plugin.slices.fielderrors import FieldError
 from drakit.plugin.slices.rules import DRAKIT_DEFAULT, RuleOptions
 
@@ -56,6 +58,11 @@ class ValidationIssue:
         return f"{self.error.type}: {self.error.detail}" if self.error.detail else self.error.type
 
     def __str__(self) -> str:
+        return self.describe(self.action)
+
+    def describe(self, outcome: str) -> str:
+        """The issue naming pool, device (or counter set, attribute), field and rule, then
+        ``outcome`` in parentheses: the action taken, or ``refused`` under ``--strict``."""
         where = f"pool {self.pool!r}"
         if self.device is not None:
             where += f" device {self.device!r}"
@@ -63,7 +70,7 @@ class ValidationIssue:
             where += f" counter set {self.counter_set!r}"
         if self.attribute is not None:
             where += f" attribute {self.attribute!r}"
-        return f"{where}: {self.error} ({self.action})"
+        return f"{where}: {self.error} ({outcome})"
 
 
 @dataclass
@@ -104,8 +111,9 @@ class SliceValidationError(ValueError):
 
     def __init__(self, issues: list[ValidationIssue]) -> None:
         self.issues = issues
-        lines = "\n".join(f"  {i}" for i in issues)
-        super().__init__(f"{len(issues)} ResourceSlice validation error(s):\n{lines}")
+        lines = "\n".join(f"  {i.describe('refused')}" for i in issues)
+        super().__init__(f"{len(issues)} ResourceSlice validation error(s), refused "
+                         f"(--strict):\n{lines}")
 
 
 def validate_pool(pool: Pool, driver: str, node_name: str,
@@ -167,12 +175,14 @@ def validate_pool(pool: Pool, driver: str, node_name: str,
         api = device.to_api()
         path = fe.index("spec.devices", i)
         api, attr_issues = _drop_bad_attributes(pool.name, device.name, api, path, driver,
-                                                valid_attributes)
+                                                valid_attributes, opts)
         issues.extend(attr_issues)
         errors = rules.validate_device_structure(
             api, path, per_device=out.per_device_node_selection, opts=opts)
-        errors.extend(_capacity_domain_duplicates(api, path, driver))
+        errors.extend(_capacity_domain_duplicates(api, path, driver, opts))
         errors.extend(_counter_references(api, path, counter_sets))
+        errors.extend(usable.counter_errors(api, path, counter_sets))
+        errors.extend(usable.capacity_errors(api, path))
         if device.name in names:
             errors.append(fe.duplicate(path, device.name))
         if partition_type is not None and api.get("consumesCounters"):
@@ -258,6 +268,7 @@ class _AttributeMemo:
 
 def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
                          driver: str, memo: _AttributeMemo | None = None,
+                         opts: RuleOptions = DRAKIT_DEFAULT,
                          ) -> tuple[dict[str, Any], list[ValidationIssue]]:
     """Drop the attributes :func:`rules.validate_attribute` rejects. ``memo`` lets
     one-member scalar attributes (int, bool, string, version) skip the full check when
@@ -274,7 +285,9 @@ def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
         attr = attributes[key]
         errors: list[FieldError] = [] if memo is not None and memo.valid(key, attr) \
             else rules.validate_attribute(key, attr, amap)
-        if "/" not in key and key in qualified_ids:
+        if opts.reject_driver_qualified_names:
+            errors.extend(rules.driver_qualified_name(driver, key, amap))
+        elif "/" not in key and key in qualified_ids:
             errors.append(fe.invalid(amap, key, "the attribute is also given with the driver's "
                                                 f"domain as {driver}/{key}"))
         if errors:
@@ -290,11 +303,14 @@ def _drop_bad_attributes(pool: str, device: str, api: dict[str, Any], path: str,
     return api, issues
 
 
-def _capacity_domain_duplicates(api: dict[str, Any], path: str,
-                                driver: str) -> list[FieldError]:
+def _capacity_domain_duplicates(api: dict[str, Any], path: str, driver: str,
+                                opts: RuleOptions = DRAKIT_DEFAULT) -> list[FieldError]:
     capacity = api.get("capacity") or {}
     if not capacity:
         return []
+    if opts.reject_driver_qualified_names:
+        cpath = fe.child(path, "capacity")
+        return [e for k in sorted(capacity) for e in rules.driver_qualified_name(driver, k, cpath)]
     ids = {i for k in capacity if (i := _in_driver_domain(k, driver)) is not None}
     return [fe.invalid(fe.child(path, "capacity"), k, "the capacity is also given with the "
                                                       f"driver's domain as {driver}/{k}")

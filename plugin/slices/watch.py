@@ -1,6 +1,7 @@
 """Watch this publisher's ResourceSlices and keep the local view current.
 
-Shaped like the Go controller's informer (existing-drivers.md §5.2): after a LIST of a
+Shaped like the Go controller's informer (k8s.io/dynamic-resource-allocation
+resourceslice/resourceslicecontroller.go): after a LIST of a
 :class:`Scope` (:meth:`SliceWatcher.listed`), a watch with ``allowWatchBookmarks`` from the
 LIST's resourceVersion keeps the :class:`~drakit.plugin.slices.view.SliceView` current,
 resuming from the last event or bookmark after each ``timeoutSeconds``. The event of one of
@@ -33,8 +34,9 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
-from drakit.plugin.resourceapi import ResourceAPI, SliceWatch, WatchEvent
-from drakit.plugin.retry import Backoff, ErrorKind, classify, describe, retry_after_seconds
+from drakit.plugin.api.resourceapi import ResourceAPI, SliceWatch, WatchEvent
+from drakit.plugin.api.retry import Backoff, ErrorKind, classify, describe, retry_after_seconds
+from drakit.plugin.background import Supervisor
 from drakit.plugin.slices.view import SliceView, newer_rv
 from drakit.plugin.slices.writes import OwnWrites
 
@@ -103,11 +105,13 @@ class SliceWatcher:
                  view: SliceView, own: OwnWrites, timing: Timing, *, seed: Rng,
                  wanted: Callable[[Scope], bool],
                  on_foreign: Callable[[Scope, WatchEvent, Rng], None],
-                 schedule: Callable[[float], None], stopping: threading.Event) -> None:
+                 schedule: Callable[[float], None], stopping: threading.Event,
+                 supervisor: Supervisor | None = None) -> None:
         self.api, self.driver, self.scopes = api, driver, list(scopes)
         self._view, self._own, self._t = view, own, timing
         self._wanted, self._on_foreign, self._schedule = wanted, on_foreign, schedule
         self._stopping = stopping
+        self._supervisor = supervisor or Supervisor()
         self.rngs = {sc.name: random.Random(seed()).random for sc in self.scopes}
         self._cond = threading.Condition()   # guards the fields below
         self._current: dict[str, bool] = {}  # listed, and its watch not expired since
@@ -116,6 +120,9 @@ class SliceWatcher:
         self._last_seen: dict[str, float] = {}  # time.monotonic() of the last event
         self.watches = 0
         """Watch requests that opened a stream."""
+        self.restarts = {"expired": 0, "error": 0}
+        """Watches that ended or failed to open, by why: its resourceVersion expired (410,
+        re-list), or an error (connection lost, server restarting, refused)."""
 
     # ------------------------------------------------------------------ state
 
@@ -146,11 +153,14 @@ class SliceWatcher:
 
     def threads(self) -> list[threading.Thread]:
         """The threads to start: one per scope and the idle check."""
-        return [*(threading.Thread(target=self._loop, args=(sc,), daemon=True,
-                                   name=f"drakit-slices-watch-{sc.name}")
+        guarded = self._supervisor.thread
+        return [*(threading.Thread(
+                    target=guarded(f"slice-watch-{sc.name}",
+                                   lambda sc=sc: self._loop(sc)),  # type: ignore[misc]
+                    daemon=True, name=f"drakit-slices-watch-{sc.name}")
                   for sc in self.scopes),
-                threading.Thread(target=self._idle_loop, name="drakit-slices-watch-idle",
-                                 daemon=True)]
+                threading.Thread(target=guarded("slice-watch-idle", self._idle_loop),
+                                 name="drakit-slices-watch-idle", daemon=True)]
 
     def stop(self) -> None:
         """Close the open watches (call after setting ``stopping``)."""
@@ -241,6 +251,8 @@ class SliceWatcher:
     def _broken(self, scope: Scope, exc: BaseException, failures: int, after_failure: bool,
                 rng: Rng) -> int:
         """Handle a failed or broken watch; returns the new count of failures in a row."""
+        with self._cond:
+            self.restarts["expired" if classify(exc) is ErrorKind.EXPIRED else "error"] += 1
         if classify(exc) is ErrorKind.EXPIRED:
             # the resourceVersion is gone: the publisher lists again, right away when this
             # watch already followed a random reconnect delay, else after one
@@ -254,7 +266,8 @@ class SliceWatcher:
             return 0
         failures += 1
         delay = self._t.broken_watch_delay(exc, failures, rng)
-        log.warning("watching ResourceSlices failed (%s); again in %.1fs", describe(exc), delay)
+        self._supervisor.report(f"slice-watch-{scope.name}", exc, retry_in=delay,
+                                trace=False)
         self._stopping.wait(delay)
         return failures
 

@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
+from drakit.plugin.api.convert import api_version
+from drakit.plugin.api.resourceapi import ResourceAPI
+from drakit.plugin.api.retry import ErrorKind, classify, describe
 from drakit.plugin.events import Events
-from drakit.plugin.resourceapi import ResourceAPI
-from drakit.plugin.retry import ErrorKind, classify, describe
 from drakit.plugin.slices.calls import ApiCalls
 from drakit.plugin.slices.compare import carry_time_added, content_key, differing_fields
-from drakit.plugin.slices.convert import api_version
 from drakit.plugin.slices.owner import slice_metadata
 from drakit.plugin.slices.plan import PoolPlan
 from drakit.plugin.slices.view import SliceView
@@ -222,6 +222,9 @@ class SliceWriter:
             self.echo[key] = got
             warn = key not in self._warned_echo
             self._warned_echo.add(key)
+        served = getattr(self.api, "served_slice_spec", None)
+        if warn and callable(served) and content_key(served(sent)) == got:
+            warn = False  # only what the client left out for this server (it said so)
         if warn:
             log.warning("the API server changed ResourceSlice %s on write (fields %s); a "
                         "resource.k8s.io feature gate may be off on this cluster",

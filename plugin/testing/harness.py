@@ -30,11 +30,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from drakit.discovery.plugin import DiscoveryPlugin
-from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-from drakit.plugin.testing.fake_kubelet import ClaimPrepareResult, FakeKubelet
+from drakit.plugin.testing.apiserver.server import AllocatedDevice, EmbeddedAPIServer
+from drakit.plugin.testing.kubelet import ClaimPrepareResult
+from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
 if TYPE_CHECKING:
-    from drakit.plugin.testing.realcluster import RealAPIServer
+    from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 ClaimArg = dict[str, Any] | tuple[str, str, str]
 
@@ -54,8 +55,8 @@ class DriverHarness:
     plugins must be given by name. ``extra_args`` are appended to its command line;
     ``settings`` overrides Settings fields in-process; ``env`` (also settable later as
     ``self.env``, read at each subprocess start) adds environment variables for the child.
-    ``apiserver`` may also be a :class:`~drakit.plugin.testing.realcluster.RealAPIServer` (a real
-    kube-apiserver); then ``api_token`` is the identity the agent uses (e.g. its
+    ``apiserver`` may also be a :class:`~drakit.plugin.testing.real.controlplane.RealAPIServer`
+    (a real kube-apiserver); then ``api_token`` is the identity the agent uses (e.g. its
     ``node_agent_token(node_name)``; default: the admin token).
     """
 
@@ -75,6 +76,7 @@ class DriverHarness:
         apiserver: EmbeddedAPIServer | RealAPIServer | None = None,
         env: dict[str, str] | None = None,
         api_token: str | None = None,
+        dev_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.real_root = Path(root)
         self.real_root.mkdir(parents=True, exist_ok=True)
@@ -100,8 +102,11 @@ class DriverHarness:
         self.env = dict(env or {})
         #: The command ``run`` and its flags are appended to (subprocess mode): the CLI by
         #: default; crash tests put their crash agent here.
-        self.agent_command: list[str] = [sys.executable, "-m", "drakit.plugin.cli"]
+        self.agent_command: list[str] = [sys.executable, "-m", "drakit.plugin.ops.cli"]
         self.settings_overrides = settings or {}
+        #: Where the agent sees the host's ``/dev`` (``--dev-root``): None is ``/dev``; a
+        #: test without root puts device_node_stand_in(dev_root, "acme0") there.
+        self.dev_root = Path(dev_root) if dev_root is not None else None
         self._own_apiserver = apiserver is None
         self.apiserver: Any = apiserver or EmbeddedAPIServer(served_versions=served_versions)
         self.api_token = api_token
@@ -169,8 +174,8 @@ class DriverHarness:
         )
 
     def _start_inprocess(self) -> None:
-        from drakit.plugin.app import App
-        from drakit.plugin.config import Settings
+        from drakit.plugin.ops.app import App
+        from drakit.plugin.ops.config import Settings
 
         fields: dict[str, Any] = dict(
             driver_name=self.driver_name,
@@ -183,6 +188,8 @@ class DriverHarness:
             resync_seconds=5.0,
             health_resend_seconds=2.0,
         )
+        if self.dev_root is not None:
+            fields["dev_root"] = self.dev_root
         fields.update(self.settings_overrides)
         self.app = App(
             Settings(**fields), plugins=self.plugins,
@@ -218,6 +225,7 @@ class DriverHarness:
             str(self.config_file),
             "--resync-seconds",
             "5",
+            *(["--dev-root", str(self.dev_root)] if self.dev_root is not None else []),
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
@@ -289,7 +297,7 @@ class DriverHarness:
         return [
             (s["spec"]["pool"]["name"], d["name"])
             for s in self.slices(copy=False)
-            for d in s["spec"].get("devices", [])
+            for d in s["spec"].get("devices") or []  # null from a v1beta1 server
         ]
 
     def allocate(
@@ -312,6 +320,15 @@ class DriverHarness:
         return self.apiserver.create_claim(
             namespace, name, allocated, node_name=self.node_name, **kwargs
         )
+
+    def allocate_as_scheduler(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Create ``claim`` (a v1 ResourceClaim with requests, unallocated) and allocate it on
+        this node as kube-scheduler would, from the published slices and the server's
+        DeviceClasses (drakit.allocator; needs ``drakit[explain]``). Returns the stored claim;
+        raises ``drakit.allocator.AllocationFailed`` with the reasons when it cannot."""
+        from drakit.allocator.testkit import allocate_claim
+
+        return allocate_claim(self.apiserver, claim, self.node_name)
 
     def prepare(self, *claims: ClaimArg, timeout: float = 45.0) -> dict[str, ClaimPrepareResult]:
         return self.kubelet.node_prepare_resources(

@@ -10,14 +10,14 @@ run in an environment where drakit is installed has them: no import in a ``conft
 - ``fake_kubelet_registrar_dir``: the directory the fake kubelet watches by default,
   ``short_tmp_path / "plugins_registry"``; override it in a conftest to change it.
 - ``fake_kubelet_factory(registrar_dir=None, kubelet_version="1.34", **kwargs)`` starts a
-  :class:`~drakit.plugin.testing.fake_kubelet.FakeKubelet`; every one it made is stopped at
+  :class:`~drakit.plugin.testing.kubelet.fake.FakeKubelet`; every one it made is stopped at
   teardown.
 - ``fake_kubelet``: one started 1.34 fake kubelet on ``fake_kubelet_registrar_dir``.
 - ``real_apiserver`` (session): a real etcd + kube-apiserver 1.37
-  (:class:`~drakit.plugin.testing.realcluster.RealAPIServer`, every resource.k8s.io version, the DRA
-  gates). ``real_apiserver_factory(runtime_config=None, feature_gates=None)`` (session) starts
-  one per distinct configuration (kept for the session, e.g. a v1beta1-only server). Both skip
-  with the reason when the binaries are not found (``$DRAKIT_K8S_BIN`` or
+  (:class:`~drakit.plugin.testing.real.controlplane.RealAPIServer`, every resource.k8s.io version,
+  the DRA gates). ``real_apiserver_factory(runtime_config=None, feature_gates=None)``
+  (session) starts one per distinct configuration (kept for the session, e.g. a v1beta1-only
+  server). Both skip with the reason when the binaries are not found (``$DRAKIT_K8S_BIN`` or
   ``~/.cache/drakit/k8s-v1.37.2/bin``; ``DRAKIT_K8S_BUILD=1`` builds them first with
   scripts/build-k8s.sh) and fail instead under ``CI=true``.
 """
@@ -29,20 +29,16 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from drakit.plugin.testing.fake_kubelet import FakeKubelet
-from drakit.plugin.testing.realcluster import (
-    RealAPIServer,
-    RealClusterError,
-    build_k8s_binaries,
-    find_k8s_bin_dir,
-)
+if TYPE_CHECKING:  # loaded when a fixture is used: a pytest run pays nothing for the kit
+    from drakit.plugin.testing.kubelet.fake import FakeKubelet
+    from drakit.plugin.testing.real.controlplane import RealAPIServer
 
-FakeKubeletFactory = Callable[..., FakeKubelet]
-RealAPIServerFactory = Callable[..., RealAPIServer]
+FakeKubeletFactory = Callable[..., "FakeKubelet"]
+RealAPIServerFactory = Callable[..., "RealAPIServer"]
 
 
 @pytest.fixture
@@ -63,6 +59,8 @@ def fake_kubelet_registrar_dir(short_tmp_path: Path) -> Path:
 
 @pytest.fixture
 def fake_kubelet_factory(fake_kubelet_registrar_dir: Path) -> Iterator[FakeKubeletFactory]:
+    from drakit.plugin.testing.kubelet.fake import FakeKubelet
+
     created: list[FakeKubelet] = []
 
     def make(
@@ -85,6 +83,9 @@ def fake_kubelet(fake_kubelet_factory: FakeKubeletFactory) -> FakeKubelet:
 
 def _real_bin_dir() -> Path:
     """The binaries' directory, or skip (fail under CI=true) with the reason."""
+    from drakit.plugin.testing.real.binaries import build_k8s_binaries, find_k8s_bin_dir
+    from drakit.plugin.testing.real.process import RealClusterError
+
     found = find_k8s_bin_dir()
     reason = ""
     if found is None and os.environ.get("DRAKIT_K8S_BUILD") == "1":
@@ -104,6 +105,8 @@ def _real_bin_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def real_apiserver_factory() -> Iterator[RealAPIServerFactory]:
+    from drakit.plugin.testing.real.controlplane import RealAPIServer
+
     servers: dict[str, RealAPIServer] = {}
 
     def make(runtime_config: dict[str, bool] | None = None,

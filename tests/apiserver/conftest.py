@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
-from drakit.plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
+from drakit.plugin.testing.apiserver.fixtures import (  # noqa: F401 - fixtures
     embedded_apiserver,
     embedded_apiserver_factory,
 )

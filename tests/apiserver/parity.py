@@ -3,9 +3,10 @@
 The sequence covers what a DRA node driver (and a user with kubectl) sends to
 kube-apiserver: valid and invalid ResourceSlices (1.37 fields included), field selectors,
 merge and server-side-apply patches, ResourceClaim status writes (also with a stale uid
-after the claim was re-created), watches, content types and OpenAPI. Each step records
-what kube-apiserver 1.37.2 answered (code and reason, from runs against the real server
-and shared/reference/real-control-plane.md) and, for some, an observation of the answer
+after the claim was re-created), watches, content types and OpenAPI; and every verb on every
+resource served (:func:`verb_steps`, :func:`more_verb_steps`). Each step records
+what kube-apiserver 1.37.2 answered (code and reason, from runs against the real server)
+and, for some, an observation of the answer
 body (``timeAdded`` filled in, an unknown field dropped, the names a selector found).
 
 ``tests/apiserver/test_apiserver_parity.py`` requires the embedded server to give the
@@ -220,6 +221,27 @@ def _schema_knows_1_37(answer: Answer) -> Any:
             sorted(schemas["io.k8s.api.resource.v1.Device"]["properties"]))
 
 
+_DISCOVERED = ("nodes", "nodes/status", "pods", "pods/status", "resourceslices",
+               "deviceclasses", "resourceclaims", "resourceclaims/status")
+
+
+def _discovered(answer: Answer) -> Any:
+    """Of an APIResourceList, the resources the embedded server serves: name ->
+    (namespaced, kind, verbs)."""
+    return {r["name"]: (r.get("namespaced"), r.get("kind"), sorted(r.get("verbs") or []))
+            for r in (answer.body or {}).get("resources") or [] if r["name"] in _DISCOVERED}
+
+
+def _group_versions(answer: Answer) -> Any:
+    """resource.k8s.io in the APIGroupList: v1 served, and preferred (which other versions
+    are served is each server's configuration: the embedded one serves v1 here)."""
+    for g in (answer.body or {}).get("groups") or []:
+        if g.get("name") == "resource.k8s.io":
+            return ("v1" in [v["version"] for v in g.get("versions") or []],
+                    g.get("preferredVersion", {}).get("version"))
+    return None
+
+
 def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Step]]:
     """The steps for one run; ``prefix`` keeps the names of concurrent runs apart and
     ``state`` carries what later steps need (uids, resourceVersions)."""
@@ -431,9 +453,355 @@ def sequence(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Ste
         Step("openapi v3 root", "GET", "/openapi/v3", observe=_has_resource_paths),
         Step("openapi v3 resource.k8s.io/v1", "GET", "/openapi/v3/apis/resource.k8s.io/v1",
              observe=lambda a: (_patch_has_field_validation(a), _schema_knows_1_37(a))),
+        Step("discovery /api/v1", "GET", "/api/v1", observe=_discovered),
+        Step("discovery resource.k8s.io/v1", "GET", "/apis/resource.k8s.io/v1",
+             observe=_discovered),
+        Step("discovery /apis", "GET", "/apis", observe=_group_versions),
         Step("openapi v2", "GET", "/openapi/v2",
              observe=lambda a: "io.k8s.api.resource.v1.ResourceSlice" in a.body["definitions"]),
+        *verb_steps(prefix, state),
+        *more_verb_steps(prefix, state),
     ]
+
+
+# ---------------------------------------------------------------------------- every verb
+
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+DEVICE_CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+#: Every resource the embedded server serves: (plural, collection path, has status)
+SERVED: tuple[tuple[str, str, bool], ...] = (
+    ("nodes", NODES, True),
+    ("pods", PODS, True),
+    ("resourceslices", SLICES, False),
+    ("deviceclasses", DEVICE_CLASSES, False),
+    ("resourceclaims", CLAIMS, True),
+)
+
+
+def _body_of(plural: str, name: str, label: str) -> dict[str, Any]:
+    labels = {"drakit-parity": label}
+    if plural == "nodes":
+        body = node_body(name)
+    elif plural == "pods":
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}],
+                         "automountServiceAccountToken": False}}
+    elif plural == "resourceslices":
+        body = slice_body(name, f"{name}-pool")
+    elif plural == "deviceclasses":
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
+    else:
+        body = claim_body(name)
+    body["metadata"] = {**body["metadata"], "labels": labels}
+    return body
+
+
+def _label(key: str) -> Callable[[Answer], Any]:
+    return lambda a: (a.body.get("metadata") or {}).get("labels", {}).get(key)
+
+
+def _events(answer: Answer) -> Any:
+    return sorted((e["type"], e["object"]["metadata"]["name"]) for e in answer.body or [])
+
+
+def _deleted_names(answer: Answer) -> Any:
+    items = (answer.body or {}).get("items")
+    return sorted(i["metadata"]["name"] for i in items) if items is not None else None
+
+
+def verb_steps(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Step]]:
+    """get, list, watch, create, update, merge / JSON / strategic-merge patch, server-side
+    apply, delete and deletecollection on every resource served, and get / update / patch
+    of every status subresource."""
+    steps: list[Step | Callable[[], Step]] = []
+    label = f"{prefix}-verbs"
+    selector = {"labelSelector": f"drakit-parity={label}"}
+    for plural, base, has_status in SERVED:
+        name, second = f"{prefix}-v-{plural}", f"{prefix}-v2-{plural}"
+        one = f"{base}/{name}"
+        api_version = "v1" if plural in ("nodes", "pods") else "resource.k8s.io/v1"
+        kind = _body_of(plural, name, label)["kind"]
+
+        def keep(key: str) -> Callable[[Answer], Any]:
+            return lambda a: (state.__setitem__(key, a.body), a.body["metadata"]["name"])[1]
+
+        def put(key: str, path: str, labels: dict[str, str]) -> Callable[[], Step]:
+            def make() -> Step:
+                body = json.loads(json.dumps(state[key]))
+                body["metadata"]["labels"] = {**body["metadata"].get("labels", {}), **labels}
+                return Step(f"{path}: update", "PUT", path, body,
+                            observe=lambda a: (_label("put")(a), _label("status-put")(a)))
+            return make
+
+        steps += [
+            Step(f"{plural}: create", "POST", base, _body_of(plural, name, label),
+                 expect=(201, ""), observe=lambda a: a.body["metadata"]["name"]),
+            Step(f"{plural}: create a second", "POST", base, _body_of(plural, second, label),
+                 expect=(201, "")),
+            Step(f"{plural}: get", "GET", one, observe=keep(plural)),
+            Step(f"{plural}: list by label", "GET", base, query=selector, observe=_names),
+            Step(f"{plural}: watch by label", "GET", base,
+                 query={**selector, "watch": "true", "timeoutSeconds": "1"}, observe=_events),
+            put(plural, one, {"put": "yes"}),
+            Step(f"{plural}: merge patch", "PATCH", one, {"metadata": {"labels": {"m": "1"}}},
+                 content_type=MERGE, observe=_label("m")),
+            Step(f"{plural}: JSON patch", "PATCH", one,
+                 [{"op": "add", "path": "/metadata/labels/j", "value": "1"}],
+                 content_type=JSON_PATCH, observe=_label("j")),
+            Step(f"{plural}: strategic merge patch", "PATCH", one,
+                 {"metadata": {"labels": {"s": "1"}}}, content_type=STRATEGIC,
+                 observe=_label("s")),
+            Step(f"{plural}: apply", "PATCH", one, {
+                "apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "labels": {"a": "1"}}},
+                content_type=APPLY, query={"fieldManager": "parity"}, observe=_label("a")),
+        ]
+        if has_status:
+            steps += [
+                Step(f"{plural}/status: get", "GET", f"{one}/status",
+                     observe=keep(f"{plural}/status")),
+                put(f"{plural}/status", f"{one}/status", {"status-put": "yes"}),
+                Step(f"{plural}/status: merge patch of labels", "PATCH",
+                     f"{one}/status", {"metadata": {"labels": {"ms": "1"}}},
+                     content_type=MERGE, observe=_label("ms")),
+            ]
+        steps += [
+            Step(f"{plural}: delete", "DELETE", one,
+                 observe=lambda a: a.body.get("kind")),
+            Step(f"{plural}: get after delete", "GET", one, expect=(404, "NotFound")),
+            Step(f"{plural}: deletecollection by label", "DELETE", base, query=selector,
+                 observe=_deleted_names),
+            Step(f"{plural}: list after deletecollection", "GET", base, query=selector,
+                 observe=_names),
+        ]
+    return steps
+
+
+def _meta(*keys: str) -> Callable[[Answer], Any]:
+    return lambda a: [(a.body.get("metadata") or {}).get(k) for k in keys]
+
+
+def _generation(answer: Answer) -> Any:
+    return (answer.body.get("metadata") or {}).get("generation")
+
+
+def _page(answer: Answer) -> Any:
+    """The names and whether there is a next page (on the last page kube-apiserver may
+    still send a ``continue`` token when a selector filtered what it read, so the last
+    page is compared by its names alone)."""
+    meta = (answer.body or {}).get("metadata") or {}
+    return (_names(answer), bool(meta.get("continue")), meta.get("remainingItemCount"))
+
+
+def _spec_change(plural: str) -> dict[str, Any]:
+    """A merge patch that changes the spec (and so, where tracked, the generation)."""
+    if plural == "nodes":
+        return {"spec": {"unschedulable": True}}
+    if plural == "pods":
+        return {"spec": {"activeDeadlineSeconds": 600}}
+    if plural == "resourceslices":
+        return {"spec": {"pool": {"generation": 2}}}
+    if plural == "deviceclasses":
+        return {"spec": {"selectors": [{"cel": {"expression": "true"}}]}}
+    return {"metadata": {"annotations": {"no-spec-change": "claims' spec is immutable"}}}
+
+
+def _spec_change_in_status(plural: str) -> dict[str, Any]:
+    """A spec change a status PUT carries (the server must ignore it)."""
+    if plural == "nodes":
+        return {"unschedulable": False}
+    if plural == "pods":
+        return {"activeDeadlineSeconds": 300}
+    return {"devices": {"requests": [
+        {"name": "req-0", "exactly": {"deviceClassName": "other.example.com"}}]}}
+
+
+def _status_of(plural: str) -> dict[str, Any]:
+    """A status a PUT of the main resource tries to set (the server must ignore it)."""
+    if plural == "nodes":
+        return {"capacity": {"example.com/x": "1"}}
+    if plural == "pods":
+        return {"message": "set through the main resource"}
+    return {"allocation": allocation("nowhere")}
+
+
+def pod_update_steps(path: str, state: dict[str, Any]) -> list[Step | Callable[[], Step]]:
+    """PUTs of a pod (its spec has activeDeadlineSeconds 600 by now): what
+    ValidatePodUpdate lets change (an image, a lower deadline) and what it refuses."""
+    def put(name: str, change: Callable[[dict[str, Any]], None],
+            expect: tuple[int, str]) -> Callable[[], Step]:
+        def make() -> Step:
+            body = json.loads(json.dumps(state["pods/update"]))
+            body["metadata"].pop("resourceVersion", None)
+            change(body["spec"])
+            return Step(f"pods: update that {name}", "PUT", path, body, expect=expect,
+                        observe=lambda a: (a.body["spec"]["containers"][0].get("image"),
+                                           a.body["spec"].get("activeDeadlineSeconds")))
+        return make
+
+    def container(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+        return lambda spec: spec["containers"][0].__setitem__(key, value)
+
+    return [
+        Step("pods: get for updates", "GET", path, observe=lambda a: (
+            state.__setitem__("pods/update", a.body), None)[1]),
+        put("changes a container's name", container("name", "renamed"), (422, "Invalid")),
+        put("raises activeDeadlineSeconds",
+            lambda spec: spec.__setitem__("activeDeadlineSeconds", 900), (422, "Invalid")),
+        put("removes activeDeadlineSeconds", lambda spec: spec.pop("activeDeadlineSeconds"),
+            (422, "Invalid")),
+        put("adds a volume", lambda spec: spec.__setitem__("volumes", [
+            {"name": "v", "emptyDir": {}}]), (422, "Invalid")),
+        put("changes a container's image", container("image", "registry.invalid/pause:2"),
+            (200, "")),
+        put("lowers activeDeadlineSeconds and adds a toleration", lambda spec: spec.update(
+            activeDeadlineSeconds=300, tolerations=[
+                {"key": "k", "operator": "Exists", "effect": "NoSchedule"}]), (200, "")),
+    ]
+
+
+def more_verb_steps(prefix: str, state: dict[str, Any]) -> list[Step | Callable[[], Step]]:
+    """The rest of what the embedded server serves, on every resource: dry run
+    (``dryRun=All``) of create / update / patch / delete, server-side apply that creates,
+    PUT of an object that does not exist, delete preconditions, a watch replayed from a
+    resourceVersion (MODIFIED and DELETED, also through the ``/watch/`` path), pagination
+    with ``continue``, lists across namespaces, ``metadata.generation`` on spec changes,
+    the status a main-resource PUT cannot change (and the spec a status PUT cannot),
+    and JSON, strategic-merge and apply patches of every status subresource."""
+    steps: list[Step | Callable[[], Step]] = []
+    label = f"{prefix}-more"
+    selector = {"labelSelector": f"drakit-parity={label}"}
+    for plural, base, has_status in SERVED:
+        name, dry = f"{prefix}-m-{plural}", f"{prefix}-dry-{plural}"
+        second = f"{prefix}-m2-{plural}"
+        one = f"{base}/{name}"
+        api_version = "v1" if plural in ("nodes", "pods") else "resource.k8s.io/v1"
+        kind = _body_of(plural, name, label)["kind"]
+        watch_base = (base.replace("/api/v1/", "/api/v1/watch/") if plural in (
+            "nodes", "pods") else base.replace("/resource.k8s.io/v1/",
+                                               "/resource.k8s.io/v1/watch/"))
+        cluster_wide = base.replace(f"/namespaces/{NAMESPACE}", "")
+
+        def keep(key: str) -> Callable[[Answer], Any]:
+            return lambda a: (state.__setitem__(key, a.body), a.body["metadata"]["name"])[1]
+
+        def with_status(key: str, path: str, plural: str = plural) -> Callable[[], Step]:
+            def make() -> Step:
+                body = json.loads(json.dumps(state[key]))
+                body["status"] = {**(body.get("status") or {}), **_status_of(plural)}
+                wanted = set(_status_of(plural))
+                return Step(f"{plural}: update that sets status", "PUT", path, body,
+                            observe=lambda a: sorted(set(a.body.get("status") or {}) & wanted))
+            return make
+
+        def status_with_spec(key: str, path: str, plural: str = plural) -> Callable[[], Step]:
+            def make() -> Step:
+                body = json.loads(json.dumps(state[key]))
+                change = _spec_change_in_status(plural)
+                body["spec"] = {**body["spec"], **change}
+                return Step(f"{plural}/status: update that changes spec", "PUT", path, body,
+                            observe=lambda a: {k: a.body["spec"].get(k) for k in change})
+            return make
+
+        def dry_run_update(key: str, path: str, plural: str = plural) -> Callable[[], Step]:
+            def make() -> Step:
+                body = json.loads(json.dumps(state[key]))
+                body["metadata"]["labels"] = {}
+                body["metadata"].pop("resourceVersion", None)
+                return Step(f"{plural}: update dry run", "PUT", path, body,
+                            query={"dryRun": "All"},
+                            observe=lambda a: a.body["metadata"].get("labels"))
+            return make
+
+        def rv_of(key: str) -> Callable[[Answer], Any]:
+            return lambda a: (state.__setitem__(
+                key, a.body["metadata"]["resourceVersion"]), None)[1]
+
+        steps += [
+            Step(f"{plural}: create dry run", "POST", base, _body_of(plural, dry, label),
+                 query={"dryRun": "All"}, expect=(201, ""),
+                 observe=lambda a: [a.body["metadata"]["name"],
+                                    bool(a.body["metadata"].get("uid"))]),
+            Step(f"{plural}: get after dry-run create", "GET", f"{base}/{dry}",
+                 expect=(404, "NotFound")),
+            Step(f"{plural}: update of an object that does not exist", "PUT", f"{base}/{dry}",
+                 _body_of(plural, dry, label), expect=(404, "NotFound")),
+            Step(f"{plural}: apply that creates", "PATCH", one, {
+                **_body_of(plural, name, label), "apiVersion": api_version, "kind": kind},
+                content_type=APPLY, query={"fieldManager": "parity"}, expect=(201, ""),
+                observe=_meta("name", "generation", "labels")),
+            Step(f"{plural}: get for a watch", "GET", one, observe=rv_of(f"{plural}/rv")),
+            Step(f"{plural}: merge patch dry run", "PATCH", one,
+                 {"metadata": {"labels": {"dry": "1"}}}, content_type=MERGE,
+                 query={"dryRun": "All"}, observe=_label("dry")),
+            Step(f"{plural}: merge patch that changes spec", "PATCH", one,
+                 _spec_change(plural), content_type=MERGE, observe=_generation),
+            Step(f"{plural}: get after dry-run patch", "GET", one,
+                 observe=lambda a: (_label("dry")(a), _generation(a))),
+        ]
+        steps += [
+            Step(f"{plural}: get for a status-setting update", "GET", one,
+                 observe=keep(f"{plural}/more")),
+            with_status(f"{plural}/more", one),
+        ] if has_status else []
+        if has_status:
+            steps += [
+                Step(f"{plural}/status: get for a spec-changing update", "GET",
+                     f"{one}/status", observe=keep(f"{plural}/more-status")),
+                status_with_spec(f"{plural}/more-status", f"{one}/status"),
+                Step(f"{plural}/status: JSON patch of labels", "PATCH", f"{one}/status",
+                     [{"op": "add", "path": "/metadata/labels/js", "value": "1"}],
+                     content_type=JSON_PATCH, observe=_label("js")),
+                Step(f"{plural}/status: strategic merge patch of labels", "PATCH",
+                     f"{one}/status", {"metadata": {"labels": {"ss": "1"}}},
+                     content_type=STRATEGIC, observe=_label("ss")),
+                Step(f"{plural}/status: apply of labels", "PATCH", f"{one}/status", {
+                    "apiVersion": api_version, "kind": kind,
+                    "metadata": {"name": name, "labels": {"as": "1"}}},
+                     content_type=APPLY, query={"fieldManager": "parity-status"},
+                     observe=_label("as")),
+            ]
+        steps += [
+            Step(f"{plural}: get for a dry-run update", "GET", one,
+                 observe=keep(f"{plural}/dry-run")),
+            dry_run_update(f"{plural}/dry-run", one),
+            *(pod_update_steps(one, state) if plural == "pods" else []),
+            Step(f"{plural}: create a second", "POST", base, _body_of(plural, second, label),
+                 expect=(201, "")),
+            Step(f"{plural}: list across namespaces, limit 1", "GET", cluster_wide,
+                 query={**selector, "limit": "1"}, observe=lambda a, k=f"{plural}/continue": (
+                     state.__setitem__(k, (a.body.get("metadata") or {}).get("continue")),
+                     _page(a))[1]),
+            lambda k=f"{plural}/continue", cw=cluster_wide, p=plural: Step(
+                f"{p}: list across namespaces, the next page", "GET", cw,
+                query={**selector, "limit": "1", "continue": state[k] or ""},
+                observe=_names),
+            Step(f"{plural}: watch one object with watch=true", "GET", one,
+                 query={"watch": "true", "timeoutSeconds": "1"}, observe=_watch),
+            Step(f"{plural}: delete with a wrong uid precondition", "DELETE", one,
+                 {"kind": "DeleteOptions", "apiVersion": "v1",
+                  "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}},
+                 expect=(409, "Conflict")),
+            Step(f"{plural}: delete dry run", "DELETE", one, query={"dryRun": "All"},
+                 observe=lambda a: a.body.get("kind")),
+            Step(f"{plural}: get after dry-run delete", "GET", one,
+                 observe=_meta("name", "labels")),
+            Step(f"{plural}: delete", "DELETE", one, observe=lambda a: a.body.get("kind")),
+            lambda rv=f"{plural}/rv", p=plural, b=base: Step(
+                f"{p}: watch replayed from a resourceVersion", "GET", b, query={
+                    **selector, "watch": "true", "resourceVersion": state[rv],
+                    "timeoutSeconds": "1"}, observe=_watch),
+            lambda rv=f"{plural}/rv", p=plural, w=f"{watch_base}/{name}": Step(
+                f"{p}: watch through the /watch/ path", "GET", w, query={
+                    "resourceVersion": state[rv], "timeoutSeconds": "1"}, observe=_watch),
+            Step(f"{plural}: deletecollection of the rest", "DELETE", base, query=selector,
+                 observe=_deleted_names),
+        ]
+    return steps
 
 
 CLEANUP_SUFFIXES = ("-slice", "-slice-unknown", "-slice-quantity", "-slice-rp-ok", "-slice-137")

@@ -11,7 +11,7 @@ from apiserver_helpers import DRIVER, NODE, make_slice
 from kubernetes import client
 
 from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-from drakit.plugin.testing.apiserver_apply import CLAIM_LIST_MAPS, apply, field_set
+from drakit.plugin.testing.apiserver.apply import CLAIM_LIST_MAPS, apply, field_set
 
 NIC = "nic.example.com"
 APPLY = "application/apply-patch+yaml"

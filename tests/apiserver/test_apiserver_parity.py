@@ -209,3 +209,31 @@ def test_kubectl_create_with_validation(server: EmbeddedAPIServer, tmp_path: Pat
                               str(manifest)], capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode != 0
     assert 'unknown field "spec.devices.bogus"' in refused.stderr
+
+
+def test_the_recorded_sequence_covers_every_resource_and_verb_served(
+        http: Client, server: EmbeddedAPIServer) -> None:
+    """What the differential test against kube-apiserver sends (this sequence) reaches every
+    resource the embedded server serves with every verb, every status subresource with get,
+    update and patch, and every patch type, so no rule of the kit goes unchecked."""
+    from drakit.plugin.testing.apiserver.errors import PATCH_MEDIA_TYPES
+    from drakit.plugin.testing.apiserver.resources import ALL_RESOURCES
+
+    server.clear_requests()
+    run(http, "cov")
+    seen = {(r.full_resource, r.verb) for r in server.requests() if r.resource}
+    patch_types = {(r.full_resource, r.content_type) for r in server.requests(verb="patch")}
+    verbs = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+    wanted = {(plural, verb) for plural in ALL_RESOURCES for verb in verbs}
+    wanted |= {(f"{plural}/status", verb) for plural, info in ALL_RESOURCES.items()
+               if info.has_status for verb in ("get", "update", "patch")}
+    assert wanted - seen == set()
+    assert {(plural, t) for plural in ALL_RESOURCES for t in PATCH_MEDIA_TYPES} - patch_types \
+        == set()
+    # every patch type of every status subresource, and every write verb as a dry run
+    assert {(f"{plural}/status", t) for plural, info in ALL_RESOURCES.items()
+            if info.has_status for t in PATCH_MEDIA_TYPES} - patch_types == set()
+    dry_runs = {(r.full_resource, r.verb) for r in server.requests()
+                if r.resource and "dryRun=All" in r.query}
+    assert {(plural, verb) for plural in ALL_RESOURCES
+            for verb in ("create", "update", "patch", "delete")} - dry_runs == set()

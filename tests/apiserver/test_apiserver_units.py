@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from drakit.plugin.testing.apiserver_convert import from_internal
-from drakit.plugin.testing.apiserver_errors import ApiError, invalid, invalid_object, required
-from drakit.plugin.testing.apiserver_faults import FaultInjector, FaultPlan
-from drakit.plugin.testing.apiserver_patch import json_patch, merge_patch
-from drakit.plugin.testing.apiserver_resources import RESOURCE_SLICES
-from drakit.plugin.testing.apiserver_selectors import parse_field_selector, parse_label_selector
-from drakit.plugin.testing.apiserver_store import Store
+from drakit.plugin.testing.apiserver.convert import from_internal
+from drakit.plugin.testing.apiserver.errors import ApiError, invalid, invalid_object, required
+from drakit.plugin.testing.apiserver.faults import FaultInjector, FaultPlan
+from drakit.plugin.testing.apiserver.patch import json_patch, merge_patch
+from drakit.plugin.testing.apiserver.resources import RESOURCE_SLICES
+from drakit.plugin.testing.apiserver.selectors import parse_field_selector, parse_label_selector
+from drakit.plugin.testing.apiserver.store import Store
 
 SLICE = {"metadata": {"name": "s", "labels": {"tier": "gpu", "zone": "a"}},
          "spec": {"driver": "gpu.example.com", "nodeName": "node-a"}}

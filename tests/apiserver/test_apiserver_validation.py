@@ -1,5 +1,5 @@
-"""The embedded server's (modest) validation, with vectors from the fact sheet
-(shared/reference/resource-api-validation.md §15)."""
+"""The embedded server's (modest) validation, with vectors rewritten from
+k8s.io/kubernetes pkg/apis/resource/validation/validation_resourceslice_test.go."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from apiserver_helpers import make_slice
 
 from drakit.plugin.testing.apiserver import ApiError, EmbeddedAPIServer
-from drakit.plugin.testing.apiserver_validate import check_interface_address
+from drakit.plugin.testing.apiserver.validation import check_interface_address
 
 
 def S(devices: int = 1) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def test_attribute_shapes(server: EmbeddedAPIServer) -> None:
         (f"{p}[too_long_multibyte].string", too_long), (f"{p}[long_version].version", too_long),
         (f"{p}[empty]", one), (f"{p}[unknown]", one), (f"{p}[not_a_map]", one),
         (f"{p}[null]", one),
-        # the real server checks semver and length separately (fact sheet §15 #17)
+        # the real server checks semver and length separately (validation_resourceslice_test.go)
         (f"{p}[long_version].version", f'Invalid value: "{"1." * 40}": '
                                        "must be a string compatible with semver.org spec 2.0.0")]
 

@@ -9,7 +9,7 @@ from apiserver_helpers import DRIVER, NODE, make_slice
 from kubernetes import client
 
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
-from drakit.plugin.testing.apiserver_convert import (
+from drakit.plugin.testing.apiserver.convert import (
     claim_request_from_v1beta1,
     claim_request_to_v1beta1,
     from_internal,
@@ -17,7 +17,7 @@ from drakit.plugin.testing.apiserver_convert import (
     slice_device_to_v1beta1,
     to_internal,
 )
-from drakit.plugin.testing.apiserver_resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from drakit.plugin.testing.apiserver.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 
 V1_DEVICE = {
     "name": "gpu-0",

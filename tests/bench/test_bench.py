@@ -65,7 +65,7 @@ def test_agents_run_on_runtime_dependencies_only() -> None:
              "print(u.find_spec('kubernetes_validate'), u.find_spec('pytest'))")
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True,
                          timeout=60).stdout.splitlines()
-    assert Path(out[0]).resolve() == (REPO / "drakit").resolve()
+    assert Path(out[0]).resolve() == (REPO / "src" / "drakit").resolve()
     from importlib.metadata import version
     assert out[1] == f"{version('grpcio')} {version('kubernetes')}"
     assert out[2] == "None None"
@@ -132,6 +132,23 @@ def test_quick_discovery_group(tmp_path: Path) -> None:
     assert f["median"] is not None and f["median"] > 0 and f["verdict"] in ("pass", "miss")
     assert f["extra"]["devices"] == 256
     assert not list(tmp_path.glob("drakit-bench-*")), "temporary directories left behind"
+
+
+def test_quick_explain_group(tmp_path: Path) -> None:
+    figures = _run_bench(tmp_path, "explain_1000", timeout=120)
+    f = figures["explain_1000"]
+    assert f["median"] is not None and f["median"] > 0 and f["verdict"] in ("pass", "miss")
+    assert f["extra"]["devices"] == 100
+
+
+def test_cel_choice_measures_both_libraries() -> None:
+    from bench.celchoice import measure
+
+    res = measure(n=20)
+    assert set(res) == {"cel-python", "cel-expr-python"}
+    for r in res.values():
+        assert 0 < r["conformance"] <= r["of"] and r["us_per_eval"] > 0 and r["rss_mb"] > 0
+    assert res["cel-expr-python"]["conformance"] > res["cel-python"]["conformance"]
 
 
 @pytest.mark.slow

@@ -14,15 +14,13 @@ from drakit.cdi.testing import (
     schema_validator,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-SCHEMA_DIR = SHARED / "reference" / "cdi-schema"
+#: The official CDI JSON schema, carried in the repository (provenance: its PROVENANCE.md)
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "data" / "cdi-schema"
 
 
 @pytest.fixture(scope="session")
 def schema_dir() -> Path:
-    """shared/reference/cdi-schema (beside the repo clone); skips when absent."""
-    if not (SCHEMA_DIR / "schema.json").is_file():
-        pytest.skip(f"CDI schema not found at {SCHEMA_DIR} (shared/ must sit beside the repo)")
+    """tests/data/cdi-schema: the CDI project's schema.json and defs.json."""
     return SCHEMA_DIR
 
 

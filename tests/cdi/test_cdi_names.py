@@ -1,5 +1,5 @@
 """Vendor, class, device name, qualified name, claim UID and annotation key rules at their
-boundaries (CDI fact sheet §3)."""
+boundaries (CDI pkg/parser/parser.go, SPEC.md)."""
 
 from __future__ import annotations
 

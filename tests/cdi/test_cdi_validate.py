@@ -315,7 +315,7 @@ def test_schema_bad_testdata_fails_schema_and_our_loader(
 
 
 def test_our_rules_are_stricter_than_the_schema(schema_errors: Callable[[Any], list[str]]) -> None:
-    """Things the schema lets through but runtimes reject (fact sheet §5)."""
+    """Things the schema lets through but runtimes reject (CDI pkg/cdi, v0.5-v1.1)."""
     for doc in (
         {**_doc(), "devices": []},
         {**_doc(), "devices": [{"name": "gpu0", "containerEdits": {}}]},

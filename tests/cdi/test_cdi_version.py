@@ -1,4 +1,5 @@
-"""The minimum cdiVersion table (CDI fact sheet §1.1) row by row, and the cap."""
+"""The minimum cdiVersion table (specs-go v1.1.0 ``MinimumRequiredVersion``) row by row, and the
+cap."""
 
 from __future__ import annotations
 

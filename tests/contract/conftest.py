@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import real_server_for
+from drakit.plugin.testing.real.controlplane import real_server_for
 
 FAST = {
     "health_resend_seconds": 2.0,

@@ -18,7 +18,7 @@ from drakit.discovery.plugin import (
     PreparedDevice,
     UnprepareRequest,
 )
-from drakit.plugin.checkpoint import Checkpoint
+from drakit.plugin.claims.checkpoint import Checkpoint
 
 DRIVER = "drakit.example.com"
 NODE = "node-1"

@@ -1,9 +1,9 @@
 """``drakit run`` with crash points armed (crash tests only): the production agent with a
-``crash_hook`` handed to its :class:`drakit.plugin.node.NodeLogic` that kills the process
+``crash_hook`` handed to its :class:`drakit.plugin.claims.node.NodeLogic` that kills the process
 with SIGKILL at the named points.
 
 ``DRAKIT_CRASH_POINT`` names the points: ``after-driver-hook``, ``after-cdi-write``,
-``after-checkpoint-write`` (:data:`drakit.plugin.node.CRASH_POINTS`), each optionally with
+``after-checkpoint-write`` (:data:`drakit.plugin.claims.node.CRASH_POINTS`), each optionally with
 ``:probability`` (default 1), comma-separated; unset, nothing is armed.
 The example plugin declares that its prepare changes nothing on the node
 (``prepare_changes_node = False``); here it is made a hook that does, so the two-write path
@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import drakit.plugin.app as app_module
-from drakit.plugin import cli
-from drakit.plugin.node import CRASH_POINTS, NodeLogic
+import drakit.plugin.ops.app as app_module
+from drakit.plugin.claims.node import CRASH_POINTS, NodeLogic
+from drakit.plugin.ops import cli
 
 CRASH_ENV = "DRAKIT_CRASH_POINT"
 WITHOUT_HOOK_ENV = "DRAKIT_CRASH_WITHOUT_PREPARE_HOOK"

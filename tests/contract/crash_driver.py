@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contract_helpers import DRIVER, Violations, check_invariants
 from crash_agent import WITHOUT_HOOK_ENV
 
-from drakit.plugin.node import CRASH_POINTS
-from drakit.plugin.testing.fake_kubelet import KubeletCallError, KubeletCheckError
+from drakit.plugin.claims.node import CRASH_POINTS
 from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.kubelet import KubeletCallError, KubeletCheckError
 
 POINTS = CRASH_POINTS
 CALL_TIMEOUT = 10.0

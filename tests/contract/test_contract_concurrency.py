@@ -12,8 +12,8 @@ import pytest
 from contract_helpers import DRIVER, POOL, ControlledPlugin, check_invariants, uid_of
 
 from drakit.discovery.plugin import DeviceRequest
-from drakit.plugin.testing.fake_kubelet import ClaimPrepareResult
 from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.kubelet import ClaimPrepareResult
 
 
 def run_all(fns: list[Callable[[], Any]], timeout: float = 90.0) -> list[Any]:

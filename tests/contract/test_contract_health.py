@@ -13,8 +13,8 @@ from contract_helpers import DRIVER, POOL, ControlledPlugin, uid_of
 
 from drakit.discovery.model import DeviceHealth
 from drakit.plugin.kubelet.protocol import HEALTH_V1, HEALTH_V1ALPHA1
-from drakit.plugin.testing.fake_kubelet import DeviceHealthReport, HealthWatch, KubeletCheckError
 from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.kubelet import DeviceHealthReport, HealthWatch, KubeletCheckError
 
 Reports = list[DeviceHealthReport]
 

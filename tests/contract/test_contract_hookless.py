@@ -1,7 +1,7 @@
-"""Claims whose devices have no prepare hook that changes the node (the plugin keeps
-DiscoveryPlugin.prepare's default or declares prepare_changes_node = False): one checkpoint
+"""Claims whose devices have no prepare hook that changes the node (the plugin declares
+prepare_changes_node = False; nothing is inferred from overridden methods): one checkpoint
 write per prepare (no PrepareStarted write), the CDI spec written under the file lock; the
-same admission rules (drakit.plugin.prepare, issue #18). Kills at each crash point:
+same admission rules (drakit.plugin.claims.prepare, issue #18). Kills at each crash point:
 test_contract_kill.py."""
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from drakit.plugin.testing.harness import DriverHarness
 
 
 class NoHookPlugin(DiscoveryPlugin):
-    """Devices d0..d2 of POOL; prepare and unprepare are the defaults."""
+    """Devices d0..d2 of POOL; prepare and unprepare are the defaults, declared not to
+    change the node."""
 
     name: ClassVar[str] = "nohook"
+    prepare_changes_node: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__(DiscoveryContext(driver_name=DRIVER, node_name=NODE))
@@ -60,7 +62,7 @@ class DeclaredPlugin(NoHookPlugin):
     """Overrides prepare (edits computed only) and says so."""
 
     name: ClassVar[str] = "declared"
-    prepare_changes_node: ClassVar[bool | None] = False
+    prepare_changes_node: ClassVar[bool] = False
 
     def prepare(self, request: Any) -> Any:
         prepared = super().prepare(request)
@@ -72,12 +74,26 @@ class ChangingPlugin(NoHookPlugin):
     """Keeps the default prepare, but declares that it changes the node."""
 
     name: ClassVar[str] = "changing"
-    prepare_changes_node: ClassVar[bool | None] = True
+    prepare_changes_node: ClassVar[bool] = True
 
 
-@pytest.mark.parametrize(("plugin", "writes"), [(DeclaredPlugin, 1), (ChangingPlugin, 2)])
+class UndeclaredPlugin(DiscoveryPlugin):
+    """Keeps the default prepare and declares nothing: the safe two-write path (nothing is
+    inferred from the prepare it did not override)."""
+
+    name: ClassVar[str] = "undeclared"
+
+    def __init__(self) -> None:
+        super().__init__(DiscoveryContext(driver_name=DRIVER, node_name=NODE))
+
+    def discover(self) -> list[Pool]:
+        return [Pool(name=POOL, devices=[Device(name=f"d{i}") for i in range(3)])]
+
+
+@pytest.mark.parametrize(("plugin", "writes"),
+                         [(DeclaredPlugin, 1), (ChangingPlugin, 2), (UndeclaredPlugin, 2)])
 def test_prepare_changes_node_decides_the_started_write(
-        harness_factory: Callable[..., DriverHarness], plugin: type[NoHookPlugin],
+        harness_factory: Callable[..., DriverHarness], plugin: type[DiscoveryPlugin],
         writes: int) -> None:
     h = harness_factory(plugins=[plugin()])
     claim = h.allocate("c", [(POOL, "d0")])
@@ -110,53 +126,64 @@ def test_failed_spec_write_leaves_nothing(harness_factory: Callable[..., DriverH
 
 def test_a_prepare_makes_the_spec_content_and_the_record_durable_not_the_spec_rename(
         harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three fsyncs per prepare: the CDI spec's content (before its rename), the checkpoint
-    file and its directory; none for the CDI directory. A spec lost with its rename to a
-    power loss is re-written from the record at start-up (test_contract_state.py,
-    test_startup_removes_unowned_specs_and_rolls_back_dead_owner)."""
+    """Two syncs per prepare: the CDI spec's content (before its rename) and the checkpoint
+    log's new line; none for a directory (the log was created, and its directory entry made
+    durable, when the checkpoint's first write made the snapshot naming it). A spec lost with
+    its rename to a power loss is re-written from the record at start-up
+    (test_contract_state.py, test_startup_removes_unowned_specs_and_rolls_back_dead_owner)."""
     import os
 
     h = harness_factory(plugins=[NoHookPlugin()])
+    first = h.allocate("first", [(POOL, "d1")])
+    assert h.prepare(first)[uid_of(first)].error == ""  # the checkpoint's first write
     claim = h.allocate("c", [(POOL, "d0")])
     synced: list[str] = []
-    real = os.fsync
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
 
-    def counting(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
+    def counting(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
+        return sync
 
-    monkeypatch.setattr(os, "fsync", counting)
+    monkeypatch.setattr(os, "fsync", counting(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", counting(real_fdatasync))
     assert h.prepare(claim)[uid_of(claim)].error == ""
-    monkeypatch.setattr(os, "fsync", real)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
     cdi_dir, ck = str(h.cdi_dir.resolve()), h.checkpoint_path.resolve()
-    assert len(synced) == 3, synced
-    assert cdi_dir not in synced
-    assert str(ck.parent) in synced
+    assert len(synced) == 2, synced
+    assert cdi_dir not in synced and str(ck.parent) not in synced
     assert sum(p.startswith(cdi_dir + "/") for p in synced) == 1  # the spec's temp file
+    assert str(h.app.checkpoint.log_path(1).resolve()) in synced
 
 
 def test_an_unprepare_makes_the_record_durable_not_the_spec_removal(
         harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two fsyncs per unprepare (the checkpoint file and its directory), none for the CDI
-    spec's unlink: a spec back after a power loss has no record and is swept at start-up
+    """One sync per unprepare (the checkpoint log's new line), none for the CDI spec's
+    unlink: a spec back after a power loss has no record and is swept at start-up
     (test_contract_kill covers the sweep)."""
     import os
 
     h = harness_factory(plugins=[NoHookPlugin()])
     claim = h.allocate("c", [(POOL, "d0")])
     assert h.prepare(claim)[uid_of(claim)].error == ""
-    calls: list[int] = []
-    real = os.fsync
+    calls: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
 
-    def counting(fd: int) -> None:
-        calls.append(fd)
-        real(fd)
+    def counting(real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
+        return sync
 
-    monkeypatch.setattr(os, "fsync", counting)
+    monkeypatch.setattr(os, "fsync", counting(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", counting(real_fdatasync))
     assert h.unprepare(claim) == {uid_of(claim): ""}
-    monkeypatch.setattr(os, "fsync", real)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
     assert h.cdi_files() == []
-    assert len(calls) == 2, calls
+    assert calls == [str(h.app.checkpoint.log_path(1).resolve())], calls
 
 
 def test_a_declared_pure_prepare_runs_outside_the_checkpoint_lock(
@@ -209,7 +236,7 @@ def test_a_failed_admission_write_keeps_the_hook_errors_of_the_same_call(
         harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
     """Every claim of the call gets its own answer: the claim whose pure hook failed before
     the write keeps that error, the others get the checkpoint's."""
-    from drakit.plugin.checkpoint import CheckpointError
+    from drakit.plugin.claims.checkpoint import CheckpointError
 
     h = harness_factory(plugins=[FailingOnD1()])
     good, bad = h.allocate("good", [(POOL, "d0")]), h.allocate("bad", [(POOL, "d1")])

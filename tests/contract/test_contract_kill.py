@@ -12,10 +12,10 @@ from contract_helpers import check_invariants, uid_of
 from crash_agent import WITHOUT_HOOK_ENV, parse_crash_points
 from crash_driver import CrashDriver, crash_agent_command
 
-from drakit.plugin.checkpoint import Checkpoint
-from drakit.plugin.node import CRASH_POINTS
-from drakit.plugin.testing.fake_kubelet import KubeletCallError
+from drakit.plugin.claims.checkpoint import Checkpoint
+from drakit.plugin.claims.node import CRASH_POINTS
 from drakit.plugin.testing.harness import DriverHarness
+from drakit.plugin.testing.kubelet import KubeletCallError
 
 
 def test_crash_point_parsing() -> None:
@@ -35,7 +35,7 @@ def test_kill_mid_prepare_then_restart_and_retry(
 ) -> None:
     """With a prepare hook (the example plugin) a crash before the completed write leaves
     both claims PrepareStarted; without one (the hook taken away: no PrepareStarted write,
-    drakit.plugin.prepare) it leaves no record, at most a CDI spec the sweep removes."""
+    drakit.plugin.claims.prepare) it leaves no record, at most a CDI spec the sweep removes."""
     if hook:
         h = harness_factory(start=False, subprocess=True, env={"DRAKIT_CRASH_POINT": point})
         names = ("gpu-0", "gpu-1")

@@ -12,9 +12,9 @@ import grpc
 import pytest
 from contract_helpers import DRIVER, check_invariants, uid_of
 
-from drakit.plugin.app import App
-from drakit.plugin.config import Settings
 from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1
+from drakit.plugin.ops.app import App
+from drakit.plugin.ops.config import Settings
 from drakit.plugin.testing.harness import DriverHarness
 
 GENERATED = {"example": {"generate": {"count": 40}}}

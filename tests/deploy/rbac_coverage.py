@@ -34,7 +34,7 @@ SYNTHETIC_PREFIXES = ("associated-node:", "arbitrary-node:")
 
 
 class RequestLike(Protocol):
-    """The fields of drakit.plugin.testing.apiserver_log.RequestRecord that RBAC looks at."""
+    """The fields of drakit.plugin.testing.apiserver.requestlog.RequestRecord that RBAC looks at."""
 
     @property
     def verb(self) -> str: ...

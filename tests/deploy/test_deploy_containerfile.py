@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from deploy_helpers import CONTAINERFILE, REPO
@@ -107,9 +108,9 @@ def test_wheels_stage_builds_drakit_and_downloads_the_pinned_requirements() -> N
     assert "pip download" in run and "--only-binary=:all:" in run
     assert "-r /src/deploy/image/requirements.txt pip" in run
     copies = [rest for op, rest in wheels.instructions if op == "COPY"]
-    # drakit/ holds the links that make plugin/, discovery/ and cdi/ the drakit.* packages:
-    # without it the wheel has no drakit package at all
-    for source in ("pyproject.toml", "cdi", "discovery", "plugin", "drakit",
+    # src/drakit holds the links that make plugin/, discovery/, cdi/ and allocator/ the
+    # drakit.* packages: without it the wheel has no drakit package at all
+    for source in ("pyproject.toml", "cdi", "discovery", "plugin", "allocator", "src",
                    "deploy/image/requirements.txt"):
         assert any(source in c for c in copies), f"wheels stage does not copy {source}"
         assert (REPO / source).exists()
@@ -124,7 +125,65 @@ def test_rootfs_stage_is_install_sh_on_the_debian_base() -> None:
     assert ("COPY", "deploy/image/packages.txt deploy/image/requirements.txt "
             "deploy/image/install.sh /tmp/image/") in ops
     assert ("COPY", "--from=wheels /wheels /tmp/wheels") in ops
-    assert ("RUN", "/tmp/image/install.sh /tmp/wheels && rm -rf /tmp/image /tmp/wheels") in ops
+    assert ("COPY", "--from=wheels /sbom-wheels /tmp/sbom-wheels") in ops
+    run = [" ".join(rest.split()) for op, rest in ops if op == "RUN"]
+    assert run == ["/tmp/image/install.sh /tmp/wheels "
+                   "&& cp /tmp/wheels/pip-*.whl /tmp/sbom-wheels/ "
+                   "&& /tmp/image/sbom.sh /tmp/sbom-wheels /tmp/image/pyproject.toml "
+                   "/opt/drakit/sbom.cdx.json "
+                   "&& rm -rf /tmp/image /tmp/wheels /tmp/sbom-wheels"]
+
+
+def test_final_stage_has_the_oci_labels_and_names_the_sbom() -> None:
+    """version, revision, source and created come from build arguments, which build.sh
+    sets (pyproject's version, the git commit, the origin URL, the build time)."""
+    _, stages = parse(CONTAINERFILE.read_text())
+    final = stages[-1]
+    label = next(rest for op, rest in final.instructions if op == "LABEL")
+    labels = dict(shlex.split(x)[0].split("=", 1) for x in re.findall(r'[\w.]+="[^"]*"', label))
+    args = {rest.split("=")[0] for op, rest in final.instructions if op == "ARG"}
+    for key, arg in (("version", "VERSION"), ("revision", "REVISION"), ("source", "SOURCE"),
+                     ("created", "CREATED")):
+        assert labels[f"org.opencontainers.image.{key}"] == "${" + arg + "}"
+        assert arg in args
+    assert labels["io.drakit.sbom"] == "/opt/drakit/sbom.cdx.json"
+    build = (IMAGE_DIR / "build.sh").read_text()
+    for arg in ("VERSION", "REVISION", "SOURCE", "CREATED", "SOURCE_DATE_EPOCH"):
+        assert f"--build-arg {arg}=" in build, arg
+    assert 'podman cp "$cid:/opt/drakit/sbom.cdx.json" "$out"' in build  # beside the image
+
+
+def test_sbom_sh_describes_a_python_environment(tmp_path: Path) -> None:
+    """deploy/image/sbom.sh on this test's own environment (the generator installed here, as
+    $CYCLONEDX_PY): a CycloneDX 1.6 JSON document whose main component is drakit and whose
+    components are the environment's distributions at their installed versions."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    tool = shutil.which("cyclonedx-py", path=str(Path(sys.executable).parent))
+    if tool is None:
+        pytest.skip("cyclonedx-bom is not installed (pip install -e '.[dev]')")
+    out = tmp_path / "sbom" / "drakit.cdx.json"
+    r = subprocess.run(["sh", str(IMAGE_DIR / "sbom.sh"), str(tmp_path / "no-wheels"),
+                        str(REPO / "pyproject.toml"), str(out), sys.executable],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "CYCLONEDX_PY": tool, "SOURCE_DATE_EPOCH": "1700000000"})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
+    assert doc["metadata"]["component"]["name"] == "drakit"
+    assert doc["metadata"]["timestamp"].startswith("2023-11-14")
+    from packaging.utils import canonicalize_name
+
+    components = {canonicalize_name(c["name"]): c for c in doc["components"]}
+    for dist in ("grpcio", "pydantic", "kubernetes", "prometheus-client"):
+        assert components[dist]["version"] == version(dist), dist
+        assert canonicalize_name(components[dist]["purl"].split("/")[1].split("@")[0]) == dist
+    assert not list(out.parent.glob("*.tmp"))
 
 
 def test_final_stage_runs_drakit_unprivileged_from_the_rootfs_only() -> None:
@@ -153,9 +212,29 @@ def test_one_package_list_for_the_containerfile_and_build_sh() -> None:
     assert not [p for p in packages if BUILD_TOOLS.search(p)], packages
 
 
+def test_build_sh_image_key_covers_every_source_the_containerfile_copies() -> None:
+    """build.sh reuses an image whose tag (the hash of its inputs) exists: every folder the
+    Containerfile's stages COPY from the checkout must be in that hash, or a change there
+    (e.g. to allocator/, which `drakit explain` runs) leaves the old image in place."""
+    build = (IMAGE_DIR / "build.sh").read_text()
+    find = re.search(r"^\s*find ([\w ]+?) -type f", build, re.M)
+    assert find, "build.sh: no `find DIRS -type f` in the image key"
+    hashed = set(find.group(1).split())
+    _, stages = parse(CONTAINERFILE.read_text())
+    copied: set[str] = set()
+    for stage in stages:
+        for op, rest in stage.instructions:
+            if op == "COPY" and not rest.startswith("--from"):
+                copied.update(s for s in rest.split()[:-1] if (REPO / s).is_dir())
+    assert copied >= {"plugin", "allocator", "src"}, copied
+    assert copied <= hashed, f"build.sh's image key leaves out {sorted(copied - hashed)}"
+
+
 def test_requirements_pin_every_dependency_of_pyproject() -> None:
-    """requirements.txt pins (==) each of pyproject.toml's dependencies at a version its
-    specifier allows (the rest of the closure is checked by `pip check` in install.sh)."""
+    """requirements.txt pins (==) each of pyproject.toml's dependencies, and each of its
+    ``explain`` extra (the CEL runtime of ``drakit explain``, which an operator runs in the
+    DaemonSet's container), at a version its specifier allows (the rest of the closure is
+    checked by `pip check` in install.sh)."""
     import tomllib
 
     from packaging.requirements import Requirement
@@ -168,7 +247,9 @@ def test_requirements_pin_every_dependency_of_pyproject() -> None:
             assert pinned, f"requirements.txt: {line!r} is not pinned with =="
             pins[canonicalize_name(name)] = pinned.strip()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    for dep in project["dependencies"]:
+    explain = project["optional-dependencies"]["explain"]
+    assert any(canonicalize_name(Requirement(d).name) == "cel-expr-python" for d in explain)
+    for dep in [*project["dependencies"], *explain]:
         req = Requirement(dep)
         name = canonicalize_name(req.name)
         assert name in pins, f"requirements.txt does not pin {req.name}"

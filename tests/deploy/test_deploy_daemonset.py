@@ -25,17 +25,14 @@ from deploy_helpers import (
 )
 
 from drakit.discovery.builtin import BUILTIN_PLUGINS
-from drakit.plugin.config import Settings, add_run_arguments, settings_from_args
 from drakit.plugin.kubelet.sockets import SocketPaths
+from drakit.plugin.ops.config import Settings, add_run_arguments, settings_from_args
 
 # CLI variables the DaemonSet leaves unset on purpose, and why.
 LEFT_TO_DEFAULT = {
     "KUBECONFIG": "in-cluster configuration from the service account",
     "CDI_VERSION_MAX": "no cap: the minimum cdiVersion a spec needs is written",
-    "CDI_CLASS": "the default class `device` (CDI kind <driver>/device)",
-    "RESYNC_SECONDS": "the default ResourceSlice resync period",
-    "ORPHAN_GRACE_SECONDS": "the default grace (300 s) before an orphan claim is unprepared",
-    "ORPHAN_CHECK_SECONDS": "the default orphan sweep period (60 s)",
+    "DEV_ROOT": "/dev, the default: a stand-in directory of device nodes is for tests only",
 }
 
 NODE = "node-a"

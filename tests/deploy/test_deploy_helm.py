@@ -41,7 +41,7 @@ CASES: dict[str, tuple[str, ...]] = {
     "driver-name": ("discovery.plugins={pci}", "driverName=gpu.acme.example"),
     "monitoring": ("discovery.plugins={pci,net}", "metrics.serviceMonitor.enabled=true",
                    "metrics.serviceMonitor.labels.release=prom"),
-    "everything": ("discovery.plugins={pci}", "namespace.create=true",
+    "everything": ("discovery.plugins={pci}",
                    "priorityClassName=system-cluster-critical", "logFormat=text",
                    "verbosity=2", "cdiVersionMax=0.5.0", "strict=true", "health=false",
                    "deviceStatus=false",
@@ -52,7 +52,21 @@ CASES: dict[str, tuple[str, ...]] = {
                    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
                    ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
                    "resources.limits.memory=512Mi", "image.repository=registry.internal/drakit",
-                   "image.tag=0.1.0-rc1", "podAnnotations.team=infra"),
+                   "image.tag=0.1.0-rc1", "podAnnotations.team=infra",
+                   "cdiClass=gpu", "resyncSeconds=45", "orphanGraceSeconds=600",
+                   "orphanCheckSeconds=20", "terminationGracePeriodSeconds=90",
+                   "extraEnv[0].name=VENDOR_DEBUG", "extraEnv[0].value=on",
+                   "extraArgs={--strict}", "securityContext.readOnlyRootFilesystem=false",
+                   "podSecurityContext.fsGroup=2000",
+                   "updateStrategy.rollingUpdate.maxUnavailable=20%",
+                   "serviceAccount.annotations.iam=role-a", "fullnameOverride=gpu-agent"),
+    "existing-account": ("discovery.plugins={pci}", "serviceAccount.create=false",
+                         "serviceAccount.name=node-agents", "nameOverride=acme"),
+    "vendor-only": ("discovery.plugins={acme.gpu:Discoverer}", "deviceStatus=false"),
+    "on-delete": ("discovery.plugins={net}", "updateStrategy.type=OnDelete"),
+    "umbrella": ("discovery.plugins={pci}", "namespaceOverride=gpu-system",
+                 "selectorLabelsOverride.app=gpu-agent",
+                 "metrics.serviceMonitor.enabled=true"),
 }
 CRD_KINDS = {"ServiceMonitor"}  # not in Kubernetes' OpenAPI (Prometheus Operator CRD)
 
@@ -81,23 +95,39 @@ def env_of(docs: list[Manifest]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_helm_lint(helm: str, case: str) -> None:
-    argv = [helm, "lint", "--strict", "--kube-version", gen.KUBE_VERSION, str(CHART)]
+    """`helm lint --strict` passes, and lints what was rendered: in lint mode a template's
+    fail() is only an "[INFO] Fail" line, so a case that renders nothing would pass too.
+    --namespace as for an install (lint's own default, `default`, is refused)."""
+    argv = [helm, "lint", "--strict", "--namespace", "drakit", "--kube-version",
+            gen.KUBE_VERSION, str(CHART)]
     for s in CASES[case]:
         argv += ["--set", s]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "Fail:" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_helm_lint_in_the_default_namespace_reports_the_refusal(helm: str) -> None:
+    """Without --namespace, lint renders for `default`, which the chart refuses: helm shows
+    the refusal only as [INFO] and exits 0 (lint mode), so the message must be there."""
+    r = subprocess.run([helm, "lint", "--kube-version", gen.KUBE_VERSION, str(CHART),
+                        "--set", "discovery.plugins={pci}"],
+                       capture_output=True, text=True, timeout=120)
+    assert "[INFO] Fail: namespace:" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "allowDefaultNamespace" in r.stdout + r.stderr
 
 
 def test_no_default_discovery(helm: str) -> None:
-    """Without discovery.plugins the chart does not render (no fake or unchosen devices);
-    helm install and template stop with the message."""
+    """Without discovery.plugins the chart does not render (no fake or unchosen devices):
+    helm install and template stop naming the value, and `helm lint` of the defaults fails
+    (the schema's minItems; a template's fail() is only [INFO] in lint mode)."""
     with pytest.raises(subprocess.CalledProcessError) as e:
         render(helm)
-    assert "discovery.plugins: choose the discoverers" in e.value.stderr
+    assert "discovery" in e.value.stderr and "plugins" in e.value.stderr
     r = subprocess.run([helm, "lint", "--kube-version", gen.KUBE_VERSION, str(CHART)],
                        capture_output=True, text=True, timeout=120)
-    # helm lint runs in lint mode, where fail() is reported, not fatal
-    assert "discovery.plugins: choose the discoverers" in r.stdout + r.stderr
+    assert r.returncode != 0 and "plugins" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "1 chart(s) failed" in r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("version", SUPPORTED_KUBERNETES)
@@ -122,13 +152,13 @@ def test_object_list(helm: str) -> None:
         ("ValidatingAdmissionPolicyBinding", "drakit-resourceslices-own-node"),
         ("ConfigMap", "drakit-config"),
         ("DaemonSet", "drakit-kubelet-plugin"),
-        ("DeviceClass", "net.drakit.example.com"),
         ("DeviceClass", "pci.drakit.example.com"),
-        ("DeviceClass", "example.drakit.example.com"),
     ])
     monitoring = {d["kind"] for d in render(helm, *CASES["monitoring"])}
     assert {"Service", "ServiceMonitor"} <= monitoring
-    assert "Namespace" in {d["kind"] for d in render(helm, *CASES["everything"])}
+    # the release namespace comes from `helm install --namespace … --create-namespace` or
+    # exists: a Namespace object in the release collides with either
+    assert not [d for case in CASES for d in render(helm, *CASES[case]) if d["kind"] == "Namespace"]
 
 
 def test_values_reach_the_daemonset(helm: str) -> None:
@@ -151,8 +181,25 @@ def test_values_reach_the_daemonset(helm: str) -> None:
     quota = one(docs, "ResourceQuota")
     assert quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
         "system-cluster-critical"]
-    ns = one(docs, "Namespace")
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert env["CDI_CLASS"] == "gpu" and env["RESYNC_SECONDS"] == "45"
+    assert env["ORPHAN_GRACE_SECONDS"] == "600" and env["ORPHAN_CHECK_SECONDS"] == "20"
+    assert env["VENDOR_DEBUG"] == "on" and list(env)[-1] == "VENDOR_DEBUG"  # after the chart's
+    assert c["args"] == ["run", "--strict"]
+    assert pod["terminationGracePeriodSeconds"] == 90
+    # securityContext values merge key by key with the chart's defaults
+    assert c["securityContext"]["readOnlyRootFilesystem"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"] == {"fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert ds["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "20%"}}
+    assert ds["metadata"]["name"] == "gpu-agent-kubelet-plugin"
+    account = one(docs, "ServiceAccount")
+    assert account["metadata"] == {**account["metadata"], "name": "gpu-agent-kubelet-plugin",
+                                   "annotations": {"iam": "role-a"}}
+    assert pod["serviceAccountName"] == "gpu-agent-kubelet-plugin"
+    assert {d["metadata"]["name"] for d in docs} == {
+        "gpu-agent-kubelet-plugin", "gpu-agent-config", "gpu-agent-node-critical-pods",
+        "gpu-agent-resourceslices-own-node", "pci.drakit.example.com"}
 
 
 def test_http_endpoint_is_the_pod_ip(helm: str) -> None:
@@ -192,8 +239,7 @@ def test_driver_name_reaches_every_place(helm: str) -> None:
     driver_var = next(v for v in policy["spec"]["variables"] if v["name"] == "driverName")
     assert driver_var["expression"] == f'"{name}"'
     classes = [d for d in docs if d["kind"] == "DeviceClass"]
-    assert {c["metadata"]["name"] for c in classes} == {f"{k}.{name}" for k in
-                                                        ("net", "pci", "example")}
+    assert {c["metadata"]["name"] for c in classes} == {f"pci.{name}"}
     for c in classes:
         assert c["spec"]["selectors"][0]["cel"]["expression"] == f'device.driver == "{name}"'
     ds = one(docs, "DaemonSet")
@@ -223,7 +269,7 @@ def test_plugin_options_become_the_config_file(helm: str) -> None:
     docs = render(helm, *CASES["pci-options"])
     config = yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
     assert config == {"discovery": {"pci": {"vendors": ["10de"], "classes": ["0302"]}}}
-    from drakit.plugin.config import read_config_file
+    from drakit.plugin.ops.config import read_config_file
 
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"drakit-helm-{os.getpid()}.yaml"
     path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])
@@ -284,6 +330,22 @@ def test_rendering_passes_server_dry_run(helm: str, real_apiserver: Any, case: s
     ("driverName=Not_A_DNS_Name", "driverName"),
     ("kubeletRootDir=relative/dir", "kubeletRootDir"),
     ("nodeSelector.gpu=true", "nodeSelector"),  # a boolean: use --set-string
+    # misspelt keys, at every level: the schema is closed
+    ("nodeSelecter.gpu=true", "nodeSelecter"),
+    ("tolerration=x", "tolerration"),
+    ("image.tagg=1", "tagg"),
+    ("updateStrategy.rollingUpdate.maxSurg=1", "maxSurg"),
+    ("metrics.serviceMonitor.enable=true", "enable"),
+    ("securityContext.readOnlyRootFileSystem=false", "readOnlyRootFileSystem"),
+    ("namespace.create=true", "namespace"),  # gone: --create-namespace or an existing one
+    ("updateStrategy.rollingUpdate.maxUnavailable=ten", "maxUnavailable"),
+    ("updateStrategy.type=Recreate", "type"),
+    ("verbosity=11", "verbosity"),
+    ("resyncSeconds=0", "resyncSeconds"),
+    ("namespaceOverride=GPU_System", "namespaceOverride"),
+    ("allowDefaultNamespace=maybe", "allowDefaultNamespace"),
+    ("selectorLabelsOverride.app=not a label value", "selectorLabelsOverride"),
+    ("selectorLabelsOverride.bad/key/x=a", "selectorLabelsOverride"),
 ])
 def test_values_schema_rejects_bad_values(helm: str, bad: str, field: str) -> None:
     with pytest.raises(subprocess.CalledProcessError) as e:
@@ -300,8 +362,192 @@ def test_default_values_and_base_values_fit_the_schema() -> None:
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
-    jsonschema.validate(defaults, schema)
+    # the defaults alone choose no discoverer: they cannot install, so they do not validate
+    with pytest.raises(jsonschema.ValidationError) as e:
+        jsonschema.validate(defaults, schema)
+    assert list(e.value.path) == ["discovery", "plugins"]
+    jsonschema.validate({**defaults, "discovery": {"plugins": ["pci"], "config": {}}}, schema)
     base_values = yaml.safe_load(gen.VALUES.read_text())
-    jsonschema.validate({**defaults, **base_values}, schema)
+    jsonschema.validate({**defaults, **base_values,
+                         "deviceClasses": {"create": True, "discoverers": ["net", "pci"]}},
+                        schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**defaults, "logFormat": "xml"}, schema)
+
+
+def _strategy(helm: str, *values: str) -> Manifest:
+    return dict(one(render(helm, *values), "DaemonSet")["spec"]["updateStrategy"])
+
+
+@pytest.mark.parametrize("values,want", [
+    ((), {"maxSurge": 1, "maxUnavailable": 0}),
+    (("discovery.plugins={net}",), {"maxSurge": 0, "maxUnavailable": 1}),
+    (("updateStrategy.rollingUpdate.maxUnavailable=100%",),
+     {"maxSurge": 0, "maxUnavailable": "100%"}),
+    (("updateStrategy.rollingUpdate.maxUnavailable=5",), {"maxSurge": 0, "maxUnavailable": 5}),
+    (("updateStrategy.rollingUpdate.maxUnavailable=0",), {"maxSurge": 1, "maxUnavailable": 0}),
+    (("updateStrategy.rollingUpdate.maxSurge=10%",), {"maxSurge": "10%", "maxUnavailable": 0}),
+    (("updateStrategy.rollingUpdate.maxSurge=0",), {"maxSurge": 0, "maxUnavailable": 1}),
+    (("updateStrategy.rollingUpdate.maxSurge=2",
+      "updateStrategy.rollingUpdate.maxUnavailable=25%"),
+     {"maxSurge": 2, "maxUnavailable": "25%"}),
+    (("discovery.plugins={net}", "updateStrategy.rollingUpdate.maxUnavailable=30%"),
+     {"maxSurge": 0, "maxUnavailable": "30%"}),
+])
+def test_update_strategy_follows_the_values(helm: str, values: tuple[str, ...],
+                                            want: Manifest) -> None:
+    plugins = () if any(v.startswith("discovery.") for v in values) else (
+        "discovery.plugins={pci}",)
+    assert _strategy(helm, *plugins, *values) == {"type": "RollingUpdate", "rollingUpdate": want}
+
+
+def test_on_delete_update_strategy(helm: str) -> None:
+    assert _strategy(helm, *CASES["on-delete"]) == {"type": "OnDelete"}
+
+
+@pytest.mark.parametrize("values,message", [
+    (("discovery.plugins={net}", "updateStrategy.rollingUpdate.maxSurge=1"),
+     "host network namespace"),
+    (("discovery.plugins={pci}", "hostNetwork=true", "updateStrategy.rollingUpdate.maxSurge=1"),
+     "host network namespace"),
+    (("discovery.plugins={pci}", "updateStrategy.rollingUpdate.maxSurge=0",
+      "updateStrategy.rollingUpdate.maxUnavailable=0%"), "both 0"),
+    (("discovery.plugins={net}", "hostNetwork=false"), "needs the host network namespace"),
+    (("discovery.plugins={pci}", "serviceAccount.create=false"),
+     "name the existing ServiceAccount"),
+])
+def test_values_that_cannot_work_do_not_render(helm: str, values: tuple[str, ...],
+                                               message: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        render(helm, *values)
+    assert message in e.value.stderr, e.value.stderr
+
+
+def test_host_network_follows_the_discoverers(helm: str) -> None:
+    def pod(*values: str) -> Manifest:
+        return dict(one(render(helm, *values), "DaemonSet")["spec"]["template"]["spec"])
+
+    assert pod("discovery.plugins={net}")["hostNetwork"] is True
+    assert pod("discovery.plugins={net}")["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod("discovery.plugins={pci,net}")["hostNetwork"] is True
+    assert "hostNetwork" not in pod("discovery.plugins={pci}")
+    assert pod("discovery.plugins={pci}", "hostNetwork=true")["hostNetwork"] is True
+
+
+def test_device_classes_follow_the_discoverers(helm: str) -> None:
+    def classes(*values: str) -> set[str]:
+        return {d["metadata"]["name"].split(".")[0] for d in render(helm, *values)
+                if d["kind"] == "DeviceClass"}
+
+    assert classes("discovery.plugins={pci}") == {"pci"}
+    assert classes("discovery.plugins={net,example}") == {"net", "example"}
+    assert classes(*CASES["vendor-only"]) == set()
+    assert classes("discovery.plugins={pci}", "deviceClasses.discoverers={net}") == {"pci", "net"}
+    assert classes("discovery.plugins={pci}", "deviceClasses.create=false") == set()
+
+
+def test_status_rbac_follows_device_status(helm: str) -> None:
+    from rbac_coverage import granted_triples
+
+    def resources(*values: str) -> set[str]:
+        return {r for _, r, _ in granted_triples(one(render(helm, *values),
+                                                     "ClusterRole")["rules"])}
+
+    on = resources("discovery.plugins={pci}")
+    assert {"resourceclaims/status", "resourceclaims/driver"} <= on
+    off = resources(*CASES["vendor-only"])
+    assert on - off == {"resourceclaims/status", "resourceclaims/driver"}
+    assert env_of(render(helm, *CASES["vendor-only"]))["DISABLE_DEVICE_STATUS"] == "true"
+
+
+def test_existing_service_account_and_name_override(helm: str) -> None:
+    docs = render(helm, *CASES["existing-account"], release="r1")
+    assert not [d for d in docs if d["kind"] == "ServiceAccount"]
+    ds = one(docs, "DaemonSet")
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "node-agents"
+    assert one(docs, "ClusterRoleBinding")["subjects"][0]["name"] == "node-agents"
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    assert "system:serviceaccount:drakit:node-agents" in policy["spec"]["matchConditions"][0][
+        "expression"]
+    assert ds["metadata"]["name"] == "r1-acme-kubelet-plugin"
+    assert ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "acme"
+    assert {d["metadata"]["labels"]["app.kubernetes.io/name"] for d in docs} == {"acme"}
+
+
+def test_every_agent_flag_has_a_value(helm: str) -> None:
+    """Each environment variable `drakit run` reads is set by the chart, except the
+    in-cluster kubeconfig, CDI_VERSION_MAX's "no cap" (empty value, left out) and DEV_ROOT
+    (a stand-in directory of device nodes is for tests only)."""
+    import argparse
+    import re
+
+    from drakit.plugin.ops.config import add_run_arguments
+
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    read = {n for a in parser._actions for n in re.findall(r"\[([A-Z][A-Z0-9_]*)\]", a.help or "")}
+    env = env_of(render(helm, *CASES["pci"]))
+    assert read - set(env) == {"KUBECONFIG", "CDI_VERSION_MAX", "DEV_ROOT"}
+    assert "CDI_VERSION_MAX" in env_of(render(helm, *CASES["everything"]))
+
+
+NAMESPACED = {"ServiceAccount", "ConfigMap", "DaemonSet", "ResourceQuota", "Service",
+              "ServiceMonitor"}
+
+
+def test_namespace_override_reaches_every_namespaced_object(helm: str) -> None:
+    """namespaceOverride (as in the NVIDIA and dra-example-driver charts) moves every
+    namespaced object and every reference to the namespace: the binding's subject, the
+    admission policy's user name, the ServiceMonitor's namespaceSelector."""
+    docs = render(helm, *CASES["umbrella"], namespace="platform", release="acme")
+    namespaced = [d for d in docs if d["kind"] in NAMESPACED]
+    assert {d["kind"] for d in namespaced} == NAMESPACED
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"gpu-system"}
+    assert not [d for d in docs if d["kind"] not in NAMESPACED and "namespace" in d["metadata"]]
+    assert one(docs, "ClusterRoleBinding")["subjects"][0]["namespace"] == "gpu-system"
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    assert ("system:serviceaccount:gpu-system:acme-kubelet-plugin"
+            in policy["spec"]["matchConditions"][0]["expression"])
+    assert one(docs, "ServiceMonitor")["spec"]["namespaceSelector"] == {
+        "matchNames": ["gpu-system"]}
+    assert "platform" not in yaml.safe_dump_all(docs)
+
+
+def test_default_namespace_needs_allow_default_namespace(helm: str) -> None:
+    """A `helm install` without --namespace lands in `default`: refused with the way out,
+    unless allowDefaultNamespace or a namespaceOverride says otherwise."""
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        render(helm, "discovery.plugins={pci}", namespace="default")
+    assert "allowDefaultNamespace" in e.value.stderr and "--namespace" in e.value.stderr
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        render(helm, "discovery.plugins={pci}", "namespaceOverride=default")
+    assert "allowDefaultNamespace" in e.value.stderr
+    docs = render(helm, "discovery.plugins={pci}", "allowDefaultNamespace=true",
+                  namespace="default")
+    assert one(docs, "DaemonSet")["metadata"]["namespace"] == "default"
+    docs = render(helm, "discovery.plugins={pci}", "namespaceOverride=drakit",
+                  namespace="default")
+    assert one(docs, "DaemonSet")["metadata"]["namespace"] == "drakit"
+
+
+def test_selector_labels_override(helm: str) -> None:
+    """selectorLabelsOverride replaces the DaemonSet's selector; the pods carry it (the API
+    server refuses a template that does not match its selector) and so does the metrics
+    Service's selector; the chart's own labels stay on the pods."""
+    docs = render(helm, *CASES["umbrella"], "podLabels.team=infra")
+    ds = one(docs, "DaemonSet")
+    assert ds["spec"]["selector"]["matchLabels"] == {"app": "gpu-agent"}
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["app"] == "gpu-agent" and pod_labels["team"] == "infra"
+    assert pod_labels["app.kubernetes.io/component"] == "kubelet-plugin"
+    assert pod_labels["app.kubernetes.io/name"] == "drakit"
+    assert one(docs, "Service")["spec"]["selector"] == {"app": "gpu-agent"}
+    assert one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"] == {"app": "gpu-agent"}
+    # without it: name, component, instance; a podLabels key never displaces a selector label
+    ds = one(render(helm, "discovery.plugins={pci}",
+                    "podLabels.app\\.kubernetes\\.io/instance=other"), "DaemonSet")
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "drakit",
+                        "app.kubernetes.io/component": "kubelet-plugin",
+                        "app.kubernetes.io/instance": "drakit"}
+    assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()

@@ -13,6 +13,7 @@ filesystem and the image by content hash, so reruns take seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ pytestmark = [pytest.mark.podman, pytest.mark.root, pytest.mark.slow]
 
 BUILD = REPO / "deploy" / "image" / "build.sh"
 # podman on these machines: runc (crun fails on the hybrid cgroup layout) and explicit
-# ulimits (podman cannot raise RLIMIT_NOFILE here); see shared/recipes/podman-cdi.md
+# ulimits (podman cannot raise RLIMIT_NOFILE here)(podman 4.3, Debian bookworm)
 PODMAN_RUN = ["podman", "--runtime", "runc", "run", "--pull=never",
               "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4000:4000"]
 
@@ -270,3 +271,67 @@ def test_image_registers_publishes_and_prepares_like_the_daemonset(
         h.stop()
         log = h.log_path.read_text(errors="replace") if h.log_path.exists() else ""
         print(log[-2000:])
+
+
+def test_explain_runs_in_the_image_against_the_api_server(image: str, tmp_path: Path) -> None:
+    """``drakit explain`` (its CEL runtime, the explain extra, is in the image) answers in the
+    DaemonSet's container: its user, a read-only root, no capabilities, ``NODE_NAME`` from
+    the DaemonSet's env as the default node, the API server through the host network. One
+    claim that fits (exit 0, the allocation) and one that does not (exit 1, the reason names
+    the selector and the taint)."""
+    from drakit.plugin.testing.apiserver import EmbeddedAPIServer
+
+    driver = "gpu.example.com"
+    memory = f'device.capacity["{driver}"].memory.compareTo(quantity("40Gi")) >= 0'
+    container = next(c for c in daemonset()["spec"]["template"]["spec"]["containers"]
+                     if c["name"] == CONTAINER)
+    sc = container["securityContext"]
+    assert any(e["name"] == "NODE_NAME" for e in container["env"])
+    with EmbeddedAPIServer() as server:
+        server.start()
+        server.create_node("node-1")
+        server.create_object("deviceclasses", {
+            "metadata": {"name": driver},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}})
+        server.create_object("resourceslices", {
+            "metadata": {"name": "node-1-pool-a"},
+            "spec": {"driver": driver, "nodeName": "node-1",
+                     "pool": {"name": "pool-a", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [
+                         {"name": "gpu-0", "capacity": {"memory": {"value": "80Gi"}}},
+                         {"name": "gpu-1", "capacity": {"memory": {"value": "80Gi"}},
+                          "taints": [{"key": "k", "value": "v", "effect": "NoExecute"}]},
+                         {"name": "gpu-2", "capacity": {"memory": {"value": "16Gi"}}}]}})
+        for name, count in (("one", 1), ("two", 2)):
+            server.create_object("resourceclaims", {
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": driver, "count": count,
+                    "selectors": [{"cel": {"expression": memory}}]}}]}}})
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+
+        def explain(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*PODMAN_RUN, "--rm", "--network", "host", "--read-only",
+                 "--user", f"{sc['runAsUser']}:{sc['runAsGroup']}", "--cap-drop=ALL",
+                 "--security-opt", "no-new-privileges", "-e", "NODE_NAME=node-1",
+                 "-v", f"{kubeconfig}:/run/kubeconfig:ro", image,
+                 "explain", "--kubeconfig", "/run/kubeconfig", *args],
+                capture_output=True, text=True, timeout=120)
+
+        help_ = explain("--help")
+        assert help_.returncode == 0, help_.stderr
+        assert "--slices-file" in help_.stdout
+        fits = explain("default/one", "-o", "json")
+        assert fits.returncode == 0, fits.stderr
+        doc = json.loads(fits.stdout)
+        assert doc["node"] == "node-1" and doc["allocatable"] is True
+        assert doc["allocation"]["devices"]["results"] == [
+            {"request": "gpu", "driver": driver, "pool": "pool-a", "device": "gpu-0"}]
+        refused = explain("default/two")
+        print(f"\n{refused.stdout}")
+        assert refused.returncode == 1, refused.stderr
+        assert "claim default/two on node node-1: NOT ALLOCATABLE" in refused.stdout
+        assert "reason: request gpu needs 2 device(s), 1 match" in refused.stdout
+        assert "gpu-1: taint: taint k=v:NoExecute is not tolerated" in refused.stdout
+        assert f"gpu-2: selector: request selector #0 is false: {memory}" in refused.stdout

@@ -18,7 +18,8 @@ from deploy_helpers import (
 )
 from rbac_coverage import granted_triples
 
-# (API group, resource, verb): what the code calls (kubelet-wire-protocol.md §6.4; the
+# (API group, resource, verb): what the code calls (the example ClusterRole of the
+# Kubernetes documentation, "Good practices for Dynamic Resource Allocation"; the
 # status writer uses server-side apply only, so resourceclaims/status is patch only).
 EXPECTED = {
     ("resource.k8s.io", "resourceslices", "list"),
@@ -30,6 +31,7 @@ EXPECTED = {
     ("resource.k8s.io", "resourceclaims/status", "patch"),
     ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),
     ("", "nodes", "get"),
+    ("", "nodes", "watch"),
     ("", "pods", "list"),
 }
 

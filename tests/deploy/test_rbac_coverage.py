@@ -1,10 +1,10 @@
 """The ClusterRole against the API requests the node agent makes.
 
 :func:`rbac_coverage.compare` is tested on synthetic request logs (drakit.plugin.testing's real
-RequestRecord type). The harness test runs the real agent (drakit.plugin.app.App) against the
+RequestRecord type). The harness test runs the real agent (drakit.plugin.ops.app.App) against the
 embedded API server and the fake kubelet, through registration, ResourceSlice publishing,
 prepare (claim GET, status apply) and unprepare, and fails when the ClusterRole misses a
-request it made or grants a write verb it never used. It skips while drakit.plugin.app cannot be
+request it made or grants a write verb it never used. It skips while drakit.plugin.ops.app cannot be
 imported.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from deploy_helpers import DRIVER_NAME, one, render_base
 from rbac_coverage import CoverageReport, Permission, compare, required_permissions
 
-from drakit.plugin.testing.apiserver_log import RequestRecord
+from drakit.plugin.testing.apiserver.requestlog import RequestRecord
 
 RG = "resource.k8s.io"
 
@@ -40,6 +40,7 @@ def agent_run() -> list[RequestRecord]:
     return [
         rec("get", "", group=""),  # discovery
         rec("get", "nodes", name="node-a", group=""),
+        rec("watch", "nodes", group=""),  # its own Node (field selector metadata.name)
         rec("list", "pods", group=""),  # the orphan sweep
         rec("list", "resourceslices"),
         rec("watch", "resourceslices"),
@@ -96,7 +97,7 @@ def test_unused_reads_are_informational() -> None:
     run = [r for r in agent_run() if r.resource != "nodes"]
     report = compare(_rules(), run, DRIVER_NAME)
     assert report.ok
-    assert report.unused_reads == [("", "nodes", "get")]
+    assert report.unused_reads == [("", "nodes", "get"), ("", "nodes", "watch")]
 
 
 def test_resource_names_and_wildcards() -> None:
@@ -134,14 +135,14 @@ def _wait(what: str, predicate: Any, timeout: float = 20.0) -> Any:
 
 def test_harness_run_is_covered_by_the_cluster_role(short_tmp_path: Path) -> None:
     app_module = pytest.importorskip(
-        "drakit.plugin.app", reason="drakit.plugin.app (the lead's node agent) is not importable "
-                                     "yet")
+        "drakit.plugin.ops.app",
+        reason="drakit.plugin.ops.app (the lead's node agent) is not importable yet")
     from drakit.discovery.builtin.example import ExampleDiscovery
     from drakit.discovery.model import Device, Pool
     from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
-    from drakit.plugin.config import Settings
+    from drakit.plugin.ops.config import Settings
     from drakit.plugin.testing.apiserver import AllocatedDevice, EmbeddedAPIServer
-    from drakit.plugin.testing.fake_kubelet import FakeKubelet
+    from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
     class Resizable(DiscoveryPlugin):
         """``count`` plain devices in pool ``resizable``: more than one slice holds (128)

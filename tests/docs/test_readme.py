@@ -51,3 +51,19 @@ def test_readme_plugin_example_passes_mypy_strict(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Success: no issues found in 1 source file" in proc.stdout
+
+
+def test_readme_links_and_make_targets_exist() -> None:
+    """Every relative link of the README names a file of the repository, and every
+    ``make X`` it shows is a target of the Makefile."""
+    text = README.read_text()
+    root = README.parent
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert links, "the README links into the documentation site"
+    for link in links:
+        if "://" in link:
+            continue
+        assert (root / link).exists(), link
+    makefile = (root / "Makefile").read_text()
+    for target in set(re.findall(r"^make ([a-z-]+)", text, re.M)):
+        assert re.search(rf"^{target}:", makefile, re.M), f"make {target}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from drakit.plugin.cli import main
+from drakit.plugin.ops.cli import main
 
 ABBREVIATED = {
     "run": ["run", "--driver", "drakit.example.com"],

@@ -84,7 +84,7 @@ def test_an_unprepare_hook_raising_systemexit_fails_only_its_claim(h: DriverHarn
     assert got[uid(stuck)].error == "" and got[uid(ok)].error == ""
     errors = h.unprepare(stuck, ok, timeout=20)
     assert "SystemExit raised: vendor gave up" in errors[uid(stuck)]
-    assert "unprepare hook of plugin exiting failed for device node-1/d-unexit" in errors[
+    assert "the unprepare hook of plugin exiting for device node-1/d-unexit failed" in errors[
         uid(stuck)]
     assert errors[uid(ok)] == ""
     assert set(h.app.checkpoint.claims()) == {uid(stuck)}  # kept for the kubelet's retry

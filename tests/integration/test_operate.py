@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from drakit.plugin.logs import JSONFormatter
+from drakit.plugin.ops.logs import JSONFormatter, V
 from drakit.plugin.testing.harness import DriverHarness
 
 
@@ -53,27 +53,30 @@ def test_not_ready_when_checkpoint_is_corrupt(
 
 def test_json_logs_carry_claim_context(harness: DriverHarness,
                                        caplog: pytest.LogCaptureFixture) -> None:
-    """The one line of a call carries its claims; DEBUG when all succeeded, INFO when one
-    failed (a device this node does not have)."""
+    """A claim's line carries its keys: nothing at the default verbosity when it succeeded,
+    V(2) with ``-v 2``; a failed claim (a device this node does not have) at WARNING, its
+    error in ``err``."""
     claim = harness.allocate("c1", [("node-1", "gpu-0")])
-    with caplog.at_level(logging.INFO, logger="drakit.plugin.node"):
+    with caplog.at_level(logging.INFO, logger="drakit.plugin.claims.node"):
         assert harness.prepare(claim)[claim["metadata"]["uid"]].error == ""
-    assert not [r for r in caplog.records if "prepared claim" in r.getMessage()]
-    caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="drakit.plugin.node"):
+    assert not caplog.records
+    with caplog.at_level(V(2), logger="drakit.plugin.claims.node"):
         assert harness.unprepare(claim) == {claim["metadata"]["uid"]: ""}
-    record = next(r for r in caplog.records if "unprepared claim(s)" in r.getMessage())
+    [record] = caplog.records
     doc = json.loads(JSONFormatter().format(record))
-    assert doc["claim_uid"] == claim["metadata"]["uid"]
+    assert doc["msg"] == "unprepared claim"
+    assert doc["claimUID"] == claim["metadata"]["uid"]
     assert doc["claim"] == "default/c1"
-    assert doc["level"] == "debug"
+    assert doc["v"] == 2 and "err" not in doc
     caplog.clear()
     unknown = harness.allocate("c2", [("node-1", "no-such-device")])
-    with caplog.at_level(logging.INFO, logger="drakit.plugin.node"):
-        assert harness.prepare(unknown)[unknown["metadata"]["uid"]].error
-    record = next(r for r in caplog.records if "prepared claim(s)" in r.getMessage())
-    assert "1 failed" in record.getMessage()
-    assert json.loads(JSONFormatter().format(record))["level"] == "info"
+    with caplog.at_level(logging.INFO, logger="drakit.plugin.claims.node"):
+        error = harness.prepare(unknown)[unknown["metadata"]["uid"]].error
+    assert error
+    [record] = caplog.records
+    doc = json.loads(JSONFormatter().format(record))
+    assert doc["msg"] == "prepare failed" and doc["err"] == error
+    assert doc["v"] == 0 and doc["severity"] == "warning" and doc["claim"] == "default/c2"
 
 
 def request(port: int, path: str, method: str = "GET",
@@ -127,7 +130,7 @@ def test_metrics_include_process_platform_and_build_info(
 
 
 def test_every_error_series_exists_at_zero_before_any_error() -> None:
-    from drakit.plugin.metrics import RESULTS, SLICE_VERBS, VALIDATION_DROPS, Metrics
+    from drakit.plugin.ops.metrics import RESULTS, SLICE_VERBS, VALIDATION_DROPS, Metrics
 
     m = Metrics("gpu.example.com")
     value = m.registry.get_sample_value
@@ -154,7 +157,7 @@ def test_every_error_series_exists_at_zero_before_any_error() -> None:
 def test_validation_drops_are_counted_by_what_was_left_out() -> None:
     from typing import get_args
 
-    from drakit.plugin.metrics import VALIDATION_DROPS, Metrics, drop_kind
+    from drakit.plugin.ops.metrics import VALIDATION_DROPS, Metrics, drop_kind
     from drakit.plugin.slices.validate import Action
 
     assert sorted(drop_kind(a) for a in get_args(Action)) == sorted(VALIDATION_DROPS)
@@ -179,10 +182,10 @@ def test_json_logs_keep_extra_fields_and_non_ascii() -> None:
     doc = json.loads(line)
     assert doc["msg"] == "Gerät gpu-0 überhitzt"
     assert doc["serial"] == "ÄB-1234" and doc["temperature_c"] == 91.5
-    assert doc["claim_uid"] == "0b5e-uid"
-    assert doc["level"] == "warning" and doc["logger"] == "vendor.gpu"
-    assert doc["time"].endswith("+00:00")
-    assert list(doc)[:4] == ["time", "logger", "level", "msg"]
+    assert doc["claimUID"] == "0b5e-uid"
+    assert doc["severity"] == "warning" and doc["logger"] == "vendor.gpu"
+    assert isinstance(doc["ts"], float) and doc["caller"].endswith("test_operate.py:1")
+    assert list(doc)[:6] == ["ts", "v", "severity", "caller", "logger", "msg"]
 
 
 def test_json_logs_carry_the_traceback() -> None:
@@ -191,8 +194,9 @@ def test_json_logs_carry_the_traceback() -> None:
     try:
         raise RuntimeError("sensor bus gone")
     except RuntimeError:
-        record = logging.LogRecord("drakit.plugin.app", logging.ERROR, __file__, 1, "failed", (),
-                                   sys.exc_info())
+        record = logging.LogRecord("drakit.plugin.ops.app", logging.ERROR, __file__, 1, "failed",
+                                   (), sys.exc_info())
     doc = json.loads(JSONFormatter().format(record))
     assert doc["msg"] == "failed"
-    assert "RuntimeError: sensor bus gone" in doc["exc"]
+    assert doc["err"] == "RuntimeError: sensor bus gone" and "v" not in doc
+    assert "RuntimeError: sensor bus gone" in doc["stacktrace"]

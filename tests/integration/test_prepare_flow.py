@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from drakit.plugin.claims.checkpoint import Checkpoint
 from drakit.plugin.testing.apiserver import AllocatedDevice
 from drakit.plugin.testing.harness import DriverHarness
 
@@ -56,10 +57,10 @@ def test_prepare_unprepare_each_version(
     spec = json.loads(spec_file.read_text())
     assert cdi_schema_errors(spec) == []
     assert spec["devices"][0]["name"] == f"{uid(claim)}-gpu-0"
-    assert uid(claim) in json.loads(h.checkpoint_path.read_text())["claims"]
+    assert uid(claim) in Checkpoint(h.checkpoint_path).claims()
     assert h.unprepare(claim) == {uid(claim): ""}
     assert h.cdi_files() == []
-    assert json.loads(h.checkpoint_path.read_text())["claims"] == {}
+    assert Checkpoint(h.checkpoint_path).claims() == {}
 
 
 @pytest.mark.both_apiservers
@@ -158,7 +159,7 @@ def test_older_api_servers(harness_factory: Callable[..., DriverHarness], versio
 
 def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """`make run` end to end: real /sys, agent as a child process, exit status 0."""
-    from drakit.plugin.demo import demo_main
+    from drakit.plugin.ops.demo import demo_main
 
     assert demo_main([]) == 0
     out = capsys.readouterr().out

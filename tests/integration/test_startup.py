@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from drakit.discovery import Device, DiscoveryPlugin, Pool
-from drakit.plugin.config import add_run_arguments, read_config_file, settings_from_args
+from drakit.plugin.ops.config import add_run_arguments, read_config_file, settings_from_args
 from drakit.plugin.testing.harness import DriverHarness
 
 
@@ -105,7 +105,7 @@ def test_bad_flags_are_named(argv: tuple[str, ...], match: str) -> None:
 
 
 def test_ipv6_endpoint_parses() -> None:
-    from drakit.plugin.http import parse_endpoint
+    from drakit.plugin.ops.http import parse_endpoint
 
     assert parse_endpoint("[::1]:8080") == ("::1", 8080)
     assert parse_endpoint(":9") == ("0.0.0.0", 9)

@@ -24,7 +24,7 @@ def drakit_run(tmp_path: Path, *argv: str, timeout: float = 60) -> subprocess.Co
            if not k.startswith("KUBERNETES_") and k not in (
                "KUBECONFIG", "DISCOVERY", "DRAKIT_CONFIG", "CDI_VERSION_MAX")}
     return subprocess.run(
-        [sys.executable, "-m", "drakit.plugin.cli", "run", "--driver-name", "gpu.example.com",
+        [sys.executable, "-m", "drakit.plugin.ops.cli", "run", "--driver-name", "gpu.example.com",
          "--node-name", "node-1",
          "--kubelet-registrar-directory-path", str(tmp_path / "registry"),
          "--kubelet-plugins-directory-path", str(tmp_path / "plugins"),
@@ -90,7 +90,7 @@ current-context: x
 """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drakit.plugin.cli", "run", "--driver-name", "gpu.example.com",
+        [sys.executable, "-m", "drakit.plugin.ops.cli", "run", "--driver-name", "gpu.example.com",
          "--node-name", "node-1", "--discovery", "example", "--kubeconfig", str(kubeconfig),
          "--kubelet-registrar-directory-path", str(tmp_path / "registry"),
          "--kubelet-plugins-directory-path", str(tmp_path / "plugins"),
@@ -117,7 +117,66 @@ def test_zero_devices_under_a_non_default_sysfs_root_warns(
 ) -> None:
     import logging
 
-    with caplog.at_level(logging.WARNING, logger="drakit.plugin.app"):
+    with caplog.at_level(logging.WARNING, logger="drakit.plugin.ops.app"):
         harness_factory(discovery=["pci"], settings={"sysfs_root": tmp_path / "nosuch"})
     assert any("found 0 devices under --sysfs-root" in r.getMessage()
                and "no such directory" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("source,exception", [
+    ("raise RuntimeError('no licence for the ACME card')\n",
+     "RuntimeError: no licence for the ACME card"),
+    ("def broken(:\n", "SyntaxError: invalid syntax"),
+    ("import acme_missing_sdk\n", "ModuleNotFoundError: No module named 'acme_missing_sdk'"),
+])
+def test_a_plugin_failing_at_import_is_one_line_and_exit_2(
+    tmp_path: Path, source: str, exception: str
+) -> None:
+    """RuntimeError, SyntaxError and ImportError alike: exit 2 and one line on stderr
+    naming the plugin, the module and the exception, no traceback."""
+    (tmp_path / "acme_broken_plugin.py").write_text(source)
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env_path}" if env_path else str(tmp_path)
+    try:
+        r = drakit_run(tmp_path, "--discovery", "acme_broken_plugin:AcmeDiscovery")
+    finally:
+        if env_path:
+            os.environ["PYTHONPATH"] = env_path
+        else:
+            del os.environ["PYTHONPATH"]
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    [line] = lines
+    assert "discovery plugin 'acme_broken_plugin:AcmeDiscovery'" in line
+    assert "module acme_broken_plugin" in line and exception in line
+    assert "Traceback" not in r.stderr
+
+
+def known_plugins(line: str) -> set[str]:
+    return set(line.split("known plugins: ", 1)[1].split(")", 1)[0].split(", "))
+
+
+def test_a_config_section_for_no_loaded_plugin_is_refused_under_strict(tmp_path: Path) -> None:
+    path = config(tmp_path, "discovery:\n  exmaple:\n    nosuchOption: 1\n")
+    r = drakit_run(tmp_path, "--discovery", "example", "--config", path, "--strict")
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert f"--config {path}: discovery.exmaple is not a loaded plugin (loaded: example; " \
+           "did you mean discovery.example?; known plugins: " in line, line
+    assert known_plugins(line) >= {"example", "net", "pci"}, line
+    assert line.endswith("(refused: --strict)"), line
+    assert IN_CLUSTER_ERROR not in r.stderr
+
+
+def test_a_config_section_for_no_loaded_plugin_warns_naming_the_known_ones(
+    tmp_path: Path
+) -> None:
+    path = config(tmp_path, "discovery:\n  exmaple: {}\n")
+    r = drakit_run(tmp_path, "--discovery", "example", "--config", path)
+    assert r.returncode == 1, r.stderr  # goes on: here to the missing in-cluster config
+    [warning] = [line for line in r.stderr.splitlines() if " WARNING " in line]
+    assert "discovery.exmaple is not a loaded plugin (loaded: example; did you mean " \
+           "discovery.example?; known plugins: " in warning, warning
+    assert known_plugins(warning) >= {"example", "net", "pci"}, warning
+    assert IN_CLUSTER_ERROR in r.stderr

@@ -158,7 +158,7 @@ def test_stubs_load_on_this_runtime_without_a_version_error() -> None:
         "warnings.filterwarnings('default', message='.*one major version older')\n"
         "import drakit.plugin._proto.dra.v1.api_pb2 as m\n"
         "for p in sorted(pathlib.Path('plugin/_proto').rglob('api_pb2*.py')):\n"
-        "    importlib.import_module('.'.join(p.with_suffix('').parts))\n"
+        "    importlib.import_module('drakit.' + '.'.join(p.with_suffix('').parts))\n"
         "c = m.Claim(namespace='ns', uid='u', name='n')\n"
         "assert m.Claim.FromString(c.SerializeToString()) == c\n"
     )

@@ -1,4 +1,5 @@
-"""Socket naming (fact sheet §4.5), validation, and stale-socket handling."""
+"""Socket naming (the Go helper's kubeletplugin, draplugin.go), validation, and stale-socket
+handling."""
 
 from __future__ import annotations
 
@@ -73,12 +74,25 @@ def test_boundary_107_bytes_kept_108_falls_back() -> None:
 def test_dra_socket_hashed_fallback_and_error() -> None:
     driver = "a" * 63
     path = dra_socket_path("/" + "p" * 20, driver, UID)
-    assert path.name == f"dra-{h(UID, 8)}.sock"
+    assert path.name == f"dra-{h(UID, 8)}"
     assert len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES
     with pytest.raises(SocketPathError, match="at most 107 bytes"):
         dra_socket_path("/" + "p" * 40, driver, UID)
     with pytest.raises(SocketPathError, match="registration socket path"):
         registration_socket_path("/" + "r" * 80, "x" * 40)
+
+
+def test_longest_driver_name_and_pod_uid_fit_the_default_plugins_dir() -> None:
+    """k8s.io/dynamic-resource-allocation v0.38: the automatic rolling-update DRA socket name
+    fits the AF_UNIX limit with the longest valid driver name (63 bytes) and a pod UID
+    under /var/lib/kubelet/plugins; with a ".sock" suffix it would be 109 bytes."""
+    driver = "d" * 59 + ".com"
+    assert len(driver) == 63 and validate_driver_name(driver) == driver
+    path = dra_socket_path(PLUGINS, driver, UID)
+    assert path == Path(f"{PLUGINS}/{driver}/dra-{h(UID, 8)}")
+    assert len(os.fsencode(path)) == 104 <= MAX_SOCKET_PATH_BYTES
+    reg = registration_socket_path(REG, driver, UID)
+    assert len(os.fsencode(reg)) <= MAX_SOCKET_PATH_BYTES
 
 
 def test_names_are_deterministic_and_distinct() -> None:

@@ -1,4 +1,4 @@
-"""Admission as a pure function (drakit.plugin.admission): checkpoint content + plans +
+"""Admission as a pure function (drakit.plugin.claims.admission): checkpoint content + plans +
 owner liveness in, a decision per claim out; no files, no checkpoint."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.admission import (
+from drakit.plugin.claims.admission import (
     Admission,
     DeviceHolders,
     admit,
@@ -17,14 +17,14 @@ from drakit.plugin.admission import (
     drop_started,
     record,
 )
-from drakit.plugin.checkpoint import (
+from drakit.plugin.claims.checkpoint import (
     CheckpointState,
     ClaimRecord,
     PreparedDeviceRecord,
     UnpreparedRecord,
 )
-from drakit.plugin.claimplan import Plan, PlanItem
-from drakit.plugin.claims import AllocatedDevice
+from drakit.plugin.claims.claimplan import Plan, PlanItem
+from drakit.plugin.claims.resourceclaim import AllocatedDevice
 
 ME, OTHER = "me000000000000aa", "other0000000000b"
 NOW = 1_800_000_000.0

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    ClaimRecord,
+    PreparedDeviceRecord,
+)
 
 
 def rec(uid: str) -> ClaimRecord:

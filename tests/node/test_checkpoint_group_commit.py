@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import drakit.plugin.checkpoint as checkpoint_module
-from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
+import drakit.plugin.claims.checkpointlog as checkpointlog
+from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointWriteError, ClaimRecord
 
 
 def _rec(uid: str) -> ClaimRecord:
@@ -86,14 +86,17 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cp = Checkpoint(tmp_path / "cp.json")
     cp.update(lambda c: c.__setitem__("base", _rec("base")))
-    before = cp.path.read_bytes()
+    log = cp.log_path(1)
+    before = (cp.path.read_bytes(), log.read_bytes())
     gate = threading.Event()
+    real = checkpointlog.append
 
-    def failing_write(*args: object, **kwargs: object) -> None:
+    def failing_append(fd: int, line: bytes) -> None:
         assert gate.wait(10)
+        real(fd, line[:7])  # part of the line got in before the disk filled up
         raise OSError("no space left on device")
 
-    monkeypatch.setattr(checkpoint_module, "atomic_write", failing_write)
+    monkeypatch.setattr(checkpointlog, "append", failing_append)
     errors: dict[str, BaseException] = {}
     threads = [_start(lambda i=i: cp.update(lambda c: c.__setitem__(f"x{i}", _rec(f"x{i}"))),
                       errors, f"x{i}") for i in range(5)]
@@ -101,9 +104,12 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
     gate.set()
     for t in threads:
         t.join(10)
-    assert len(errors) == 5 and all(isinstance(e, CheckpointError) for e in errors.values())
-    assert cp.path.read_bytes() == before
+    assert len(errors) == 5 and all(isinstance(e, CheckpointWriteError)
+                                    for e in errors.values())
+    assert "no space left on device" in str(errors["x0"])
+    assert (cp.path.read_bytes(), log.read_bytes()) == before  # the part taken back
     assert sorted(cp.claims()) == ["base"]
+    assert sorted(Checkpoint(cp.path).claims()) == ["base"]
 
 
 def test_assigned_records_cannot_be_changed_by_the_caller(tmp_path: Path) -> None:

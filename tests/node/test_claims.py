@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims import (
+from drakit.plugin.claims.resourceclaim import (
     ClaimError,
     allocated_devices,
     check_claim,
@@ -135,3 +135,21 @@ def test_kind_mismatch() -> None:
 def test_no_model_means_no_config() -> None:
     c = claim([res("a")], [cfg("FromClaim", {"anything": 1})])
     assert typed_config(c, opaque_configs(c, DRIVER), "r", None) is None
+
+
+def test_every_error_of_an_opaque_config_in_one_message_one_style() -> None:
+    """Two configs, three mistakes (an unknown field, a wrong type, a wrong kind): one
+    ClaimError lists all of them, each as ``<config's parameters path>.<field>: <why>``."""
+    c = claim([res("a")], [
+        cfg("FromClass", {"kind": "Y", "slices": "many"}),
+        cfg("FromClaim", {"slicez": 3}),
+    ])
+    with pytest.raises(ClaimError) as e:
+        typed_config(c, opaque_configs(c, DRIVER), "r", Params, kind="X")
+    msg = str(e.value)
+    base = "status.allocation.devices.config[{}].opaque.parameters."
+    assert msg.startswith("ResourceClaim ns/c: opaque config for request 'r': "), msg
+    assert base.format(0) + "kind: Unsupported value: 'Y'" in msg
+    assert base.format(0) + "slices: Input should be a valid integer" in msg
+    assert base.format(1) + "slicez: unknown field (not in Params)" in msg
+    assert msg.count("; ") == 2, msg

@@ -1,4 +1,4 @@
-"""drakit.plugin.retry.describe: one line a claim's error can carry. Connection failures
+"""drakit.plugin.api.retry.describe: one line a claim's error can carry. Connection failures
 name the API server's host:port in words, without urllib3's object reprs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import urllib3
 
-from drakit.plugin.retry import describe
+from drakit.plugin.api.retry import describe
 
 
 @pytest.fixture

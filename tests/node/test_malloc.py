@@ -1,4 +1,4 @@
-"""drakit.plugin.malloc: the arena cap applies on glibc and yields to an explicit
+"""drakit.plugin.ops.malloc: the arena cap applies on glibc and yields to an explicit
 MALLOC_ARENA_MAX; the collector is paused for start-up and on again after it."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from drakit.plugin.malloc import limit_malloc_arenas
+from drakit.plugin.ops.malloc import limit_malloc_arenas
 
-SCRIPT = "from drakit.plugin.malloc import limit_malloc_arenas; print(limit_malloc_arenas())"
+SCRIPT = "from drakit.plugin.ops.malloc import limit_malloc_arenas; print(limit_malloc_arenas())"
 
 
 def _run(env: dict[str, str]) -> str:
@@ -38,7 +38,7 @@ def test_applied_on_glibc() -> None:
 def test_freeze_startup_objects_leaves_them_to_reference_counting() -> None:
     import gc
 
-    from drakit.plugin.malloc import freeze_startup_objects
+    from drakit.plugin.ops.malloc import freeze_startup_objects
 
     try:
         assert freeze_startup_objects() > 1000  # at least the imported modules' objects
@@ -52,7 +52,7 @@ def test_freeze_startup_objects_leaves_them_to_reference_counting() -> None:
 def test_collector_paused_for_the_block_and_restored() -> None:
     import gc
 
-    from drakit.plugin.malloc import collector_paused
+    from drakit.plugin.ops.malloc import collector_paused
 
     assert gc.isenabled()
     with collector_paused():
@@ -76,7 +76,7 @@ def test_collector_paused_for_the_block_and_restored() -> None:
 def test_a_start_up_refused_early_leaves_the_collector_on() -> None:
     import gc
 
-    from drakit.plugin import cli
+    from drakit.plugin.ops import cli
 
     with pytest.raises(SystemExit):
         cli.main(["run"])  # --driver-name and --node-name missing: argparse exits

@@ -11,9 +11,9 @@ import pytest
 from kubernetes.client import ApiException
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.activity import KubeletCalls
-from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from drakit.plugin.status import StatusWriter
+from drakit.plugin.claims.activity import KubeletCalls
+from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.status import StatusWriter
 
 DRIVER = "drv.example.com"
 Writers = Callable[..., StatusWriter]

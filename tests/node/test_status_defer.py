@@ -10,9 +10,9 @@ from typing import Any
 from urllib3.exceptions import ProtocolError
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.activity import KubeletCalls
-from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
-from drakit.plugin.status import StatusWriter
+from drakit.plugin.claims.activity import KubeletCalls
+from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.status import StatusWriter
 
 
 class RecordingAPI:

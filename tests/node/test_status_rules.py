@@ -1,4 +1,5 @@
-"""AllocatedDeviceStatus validation at and beyond each API limit (validation fact sheet §13)."""
+"""AllocatedDeviceStatus validation at and beyond each API limit
+(ValidateResourceClaimStatusUpdate, KEP-4817)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from drakit.discovery.model import DeviceStatus, NetworkData
-from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.status import StatusError, build_entries, build_entry
 from drakit.plugin.events import RecordedEvents
-from drakit.plugin.status import StatusError, build_entries, build_entry
 
 NOW = "2026-01-01T00:00:00Z"
 

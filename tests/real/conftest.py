@@ -19,7 +19,7 @@ from real_helpers import FAST, install_deploy
 
 from drakit.plugin.testing.harness import DriverHarness
 from drakit.plugin.testing.pytest_plugin import short_tmp_path  # noqa: F401 - fixture
-from drakit.plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 
 @pytest.fixture(scope="session")

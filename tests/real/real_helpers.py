@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from drakit.plugin.testing.apiserver_errors import ApiError
-from drakit.plugin.testing.realcluster import RealAPIServer, wait_until
+from drakit.plugin.testing.apiserver.errors import ApiError
+from drakit.plugin.testing.real.controlplane import RealAPIServer
+from drakit.plugin.testing.real.process import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "deploy" / "kustomize" / "base"

@@ -13,14 +13,14 @@ import pytest
 from real_helpers import DRIVER
 
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 pytestmark = pytest.mark.slow
 
 
 def _cleanup(kubeconfig: Path, node: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "drakit.plugin.cli", "cleanup", "--driver-name", DRIVER,
+        [sys.executable, "-m", "drakit.plugin.ops.cli", "cleanup", "--driver-name", DRIVER,
          "--node-name", node, "--kubeconfig", str(kubeconfig)],
         capture_output=True, text=True, timeout=60)
 

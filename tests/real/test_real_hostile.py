@@ -12,7 +12,7 @@ import pytest
 
 from drakit.plugin.testing.faultproxy import Fault, FaultProxy
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 pytestmark = pytest.mark.slow
 CLAIM_GET = r"/resourceclaims/[^/]+$"

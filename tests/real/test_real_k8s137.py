@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException
 
-from drakit.plugin.resourceapi import ResourceAPI
-from drakit.plugin.slices import convert
+from drakit.plugin.api import convert
+from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.testing.pytest_plugin import RealAPIServerFactory
-from drakit.plugin.testing.realcluster import RealAPIServer, resource_versions_config
+from drakit.plugin.testing.real.controlplane import RealAPIServer, resource_versions_config
 
 DRIVER = "k137.example.com"
 ALPHA_GATES_OFF = {g: False for g in (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from real_helpers import REPO, skip_or_fail
 
-from drakit.plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 pytestmark = pytest.mark.slow
 

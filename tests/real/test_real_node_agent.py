@@ -12,9 +12,10 @@ from collections.abc import Callable
 import pytest
 from real_helpers import AGENT_USER, DRIVER
 
-from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.apiserver.errors import ApiError
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import RealAPIServer, wait_until
+from drakit.plugin.testing.real.controlplane import RealAPIServer
+from drakit.plugin.testing.real.process import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from real_helpers import skip_or_fail
 
-from drakit.plugin.testing.apiserver_errors import ApiError
+from drakit.plugin.testing.apiserver.errors import ApiError
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import RealAPIServer, RealClusterError, wait_until
+from drakit.plugin.testing.real.controlplane import RealAPIServer
+from drakit.plugin.testing.real.process import RealClusterError, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from real_helpers import AGENT_USER
 
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from drakit.discovery.plugin import (
     PreparedDevice,
 )
 from drakit.plugin.testing.harness import DriverHarness
-from drakit.plugin.testing.realcluster import RealAPIServer
+from drakit.plugin.testing.real.controlplane import RealAPIServer
 
 pytestmark = pytest.mark.slow
 

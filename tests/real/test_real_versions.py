@@ -11,7 +11,7 @@ from real_helpers import AGENT_USER, install_deploy
 
 from drakit.plugin.testing.harness import DriverHarness
 from drakit.plugin.testing.pytest_plugin import RealAPIServerFactory
-from drakit.plugin.testing.realcluster import RealAPIServer, resource_versions_config
+from drakit.plugin.testing.real.controlplane import RealAPIServer, resource_versions_config
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
-"""The real-control-plane kit itself (drakit.plugin.testing.realcluster): finding the binaries,
-TLS that is really verified, tokens that really authenticate (and those without rights
+"""The real-control-plane kit itself (drakit.plugin.testing.real.controlplane): finding
+the binaries, TLS that is really verified, tokens that really authenticate (and those without rights
 really get 403), the audit-log request records, and a teardown that leaves no process and
 no directory behind."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from drakit.plugin.testing.apiserver_errors import ApiError
-from drakit.plugin.testing.realcluster import (
+from drakit.plugin.testing.apiserver.errors import ApiError
+from drakit.plugin.testing.real.binaries import find_k8s_bin_dir
+from drakit.plugin.testing.real.controlplane import (
     DRA_FEATURE_GATES,
     RealAPIServer,
-    find_k8s_bin_dir,
     start_real_apiserver,
 )
 
@@ -99,7 +99,8 @@ def test_audit_records_and_write_counts(real_apiserver: RealAPIServer) -> None:
 
 def test_teardown_kills_everything_and_removes_the_workdir(tmp_path: Path) -> None:
     if find_k8s_bin_dir() is None:
-        pytest.skip("real kube-apiserver/etcd not found")
+        pytest.skip("real kube-apiserver/etcd not found (scripts/build-k8s.sh builds them into "
+                    "~/.cache/drakit; or set DRAKIT_K8S_BIN)")
     workdir = tmp_path / "cp"
     server = start_real_apiserver(workdir)
     pids = [p.popen.pid for p in (server._apiserver, server._etcd) if p]

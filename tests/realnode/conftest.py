@@ -1,6 +1,6 @@
 """Fixtures of the real-node tier: one real node for the session (kube-apiserver, etcd,
-kube-scheduler, kube-controller-manager, kubelet, containerd + runc; drakit.plugin.testing.realnode)
-and drakit running on it as a real process.
+kube-scheduler, kube-controller-manager, kubelet, containerd + runc;
+drakit.plugin.testing.real.node) and drakit running on it as a real process.
 
 drakit's inventory: the ``example`` discoverer's demo devices (plain GPUs, a consumable
 ``shared-gpu-0``, a partitionable ``mig-gpu-0``), the ``net`` discoverer on a veth pair made
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 from node_helpers import TIMINGS, Drivers, Veth, device_class, record
 
-from drakit.plugin.testing.realnode import DrakitProcess, RealNode
-from drakit.plugin.testing.realnode import real_node as real_node
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.node import real_node as real_node
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

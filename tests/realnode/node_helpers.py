@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from drakit.plugin.testing.realnode import BUSYBOX_IMAGE, DrakitProcess, RealNode
+from drakit.plugin.testing.real.node import BUSYBOX_IMAGE, DrakitProcess, RealNode
 
 HERE = Path(__file__).resolve().parent
 
@@ -193,7 +193,7 @@ class Drivers:
 
     def args(self) -> list[str]:
         return ["--discovery", "example,net,healthplugin:HealthFlip", "--config",
-                str(self.config), "--resync-seconds", "10", "-v", "1"]
+                str(self.config), "--resync-seconds", "10", "-v", "5"]
 
     def start(self, name: str, pod_uid: str | None = None,
               wait_registered: bool = True) -> DrakitProcess:

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from node_helpers import (
     DRIVER,
@@ -36,8 +35,8 @@ from node_helpers import (
     wait_no_specs,
 )
 
-from drakit.plugin.testing.realcluster import wait_until
-from drakit.plugin.testing.realnode import RealNode
+from drakit.plugin.testing.real.node import RealNode
+from drakit.plugin.testing.real.process import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "deploy" / "image" / "build.sh"
@@ -97,9 +96,7 @@ def agent_pods(node: RealNode) -> list[dict[str, Any]]:
 
 
 def test_drakit_as_daemonset(node: RealNode, drivers: Drivers, tmp_path: Path) -> None:
-    if not BUILD.exists():
-        pytest.skip("the drakit image script deploy/image/build.sh (helper operator's issue) "
-                    "is not in this checkout")
+    assert BUILD.is_file(), BUILD
     t0 = time.monotonic()
     image = build_image()
     archive = tmp_path / "drakit.oci.tar"

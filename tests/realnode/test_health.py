@@ -1,6 +1,6 @@
 """Device health on a real node (KEP-4680): a device drakit reports Unhealthy over the
 dra-health stream shows in the pod's ``status.containerStatuses[].allocatedResourcesStatus``
-(kubelet feature gate ResourceHealthStatus, switched on by drakit.plugin.testing.realnode)."""
+(kubelet feature gate ResourceHealthStatus, switched on by drakit.plugin.testing.real.node)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from node_helpers import (
     wait_no_specs,
 )
 
-from drakit.plugin.testing.realcluster import wait_until
-from drakit.plugin.testing.realnode import DrakitProcess, RealNode
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
 
 
 def health_of(node: RealNode, ns: str, name: str) -> dict[str, str]:

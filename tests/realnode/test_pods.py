@@ -29,8 +29,8 @@ from node_helpers import (
     wait_no_specs,
 )
 
-from drakit.plugin.testing.realcluster import wait_until
-from drakit.plugin.testing.realnode import DrakitProcess, RealNode
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
 
 
 def report(node: RealNode, ns: str, name: str) -> tuple[dict[str, str], str]:

@@ -27,8 +27,8 @@ from node_helpers import (
     wait_no_specs,
 )
 
-from drakit.plugin.testing.realcluster import wait_until
-from drakit.plugin.testing.realnode import DrakitProcess, RealNode
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
 
 REGISTERED = "registered with the kubelet"
 PREPARED = "prepared claim with"

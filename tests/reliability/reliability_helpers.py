@@ -184,7 +184,7 @@ def reserve_anew(h: Any, claims: list[tuple[str, str, str]]) -> None:
     conflicts (409)."""
     import uuid
 
-    from drakit.plugin.testing.apiserver_errors import ApiError
+    from drakit.plugin.testing.apiserver.errors import ApiError
 
     assert h.app.status.flush(10)
     for ns, name, _uid in {c[2]: c for c in claims}.values():

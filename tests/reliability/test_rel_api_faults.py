@@ -23,7 +23,7 @@ import pytest
 from reliability_helpers import tree
 
 from drakit.plugin.testing.apiserver import FaultPlan
-from drakit.plugin.testing.apiserver_log import RequestRecord
+from drakit.plugin.testing.apiserver.requestlog import RequestRecord
 from drakit.plugin.testing.harness import DriverHarness
 
 TWENTY_PERCENT: dict[str, Any] = dict(
@@ -245,9 +245,9 @@ def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
     and keeps the claim behind, retrying (issue 16: status is reconciled, never given up
     while the claim is prepared); the claim stays prepared (status is best effort) and the
     metric counts it too. Once the server answers again the status is applied."""
-    from drakit.plugin.checkpoint import ClaimRecord, PreparedDeviceRecord
+    from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+    from drakit.plugin.claims.status import StatusWriter
     from drakit.plugin.events import RecordedEvents
-    from drakit.plugin.status import StatusWriter
 
     dev = _published(h)[2]
     claim = h.allocate("status-fails", [dev])

@@ -25,10 +25,10 @@ from drakit.cdi.store import SpecStore
 from drakit.cdi.validate import load_spec_file
 from drakit.discovery.builtin.example import ExampleDiscovery
 from drakit.discovery.plugin import ClaimRef, DiscoveryContext
-from drakit.plugin.checkpoint import Checkpoint, ClaimRecord
-from drakit.plugin.inventory import Inventory
-from drakit.plugin.node import NodeLogic
-from drakit.plugin.status import build_entries
+from drakit.plugin.claims.checkpoint import Checkpoint, ClaimRecord
+from drakit.plugin.claims.node import NodeLogic
+from drakit.plugin.claims.status import build_entries
+from drakit.plugin.slices.inventory import Inventory
 
 DRIVER = "drakit.example.com"
 NODE = "node-1"
@@ -56,7 +56,7 @@ class EntryBuildingStatus:
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
 
-    def write(self, claim: ClaimRef, record: ClaimRecord) -> None:
+    def write(self, claim: ClaimRef, record: ClaimRecord, *, resumed: bool = False) -> None:
         self.entries = build_entries(DRIVER, record)
 
     def remove(self, claim: ClaimRef) -> None:

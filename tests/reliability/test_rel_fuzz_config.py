@@ -1,5 +1,6 @@
-"""Opaque configs with random JSON through drakit.plugin.claims (opaque_configs + typed_config) into
-strict models: the example plugin's ExampleConfig and a model with many field types.
+"""Opaque configs with random JSON through drakit.plugin.claims.resourceclaim (opaque_configs +
+typed_config) into strict models: the example plugin's ExampleConfig and a model with many field
+types.
 
 Property: either a model instance comes back, or a ClaimError whose message names the
 claim and the config path; nothing else is raised.
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reliability_helpers import CASES, fuzz_settings, hostile_strings, json_values
 
 from drakit.discovery.builtin.example import ExampleConfig
-from drakit.plugin.claims import ClaimError, opaque_configs, typed_config
+from drakit.plugin.claims.resourceclaim import ClaimError, opaque_configs, typed_config
 
 DRIVER = "drakit.example.com"
 API = "drakit.example.com/v1alpha1"

@@ -29,7 +29,6 @@ import pytest
 from drakit.discovery.model import Device, Pool
 from drakit.discovery.plugin import DeviceRequest, DiscoveryContext, DiscoveryPlugin, PreparedDevice
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
-from drakit.plugin.testing.fake_kubelet import KubeletCallError
 from drakit.plugin.testing.faultproxy import Fault, FaultProxy
 from drakit.plugin.testing.harness import DriverHarness
 
@@ -215,9 +214,10 @@ def test_claims_of_one_call_are_read_concurrently(bench: Bench) -> None:
 
 
 def test_a_call_that_outlived_its_caller_does_not_hand_on_its_result(bench: Bench) -> None:
-    """The first call's vendor hook hangs past the call's 2 s deadline (the kubelet gives
-    up); the kubelet's retry arrives while it still runs: it waits for it, does not take
-    its stale answer, and prepares the claim afresh once the hook is released."""
+    """The first call's vendor hook hangs past the call's 2 s deadline: the call answers
+    in time that the hook still runs; the kubelet's retry arrives while it still runs: it
+    waits for it, does not take its stale answer, and prepares the claim afresh once the
+    hook is released."""
     b = bench
     claim = b.claim("late", "d5")
     release = threading.Event()
@@ -230,9 +230,8 @@ def test_a_call_that_outlived_its_caller_does_not_hand_on_its_result(bench: Benc
             raise RuntimeError("device reset failed")  # the first run's result: an error
 
     b.plugin.gate = gate
-    with pytest.raises(KubeletCallError) as first:
-        b.h.prepare(claim, timeout=2)
-    assert first.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+    first = b.h.prepare(claim, timeout=2)[uid(claim)].error
+    assert "still running" in first, first
     threading.Timer(1.0, release.set).start()
     res, took = timed(lambda: b.h.prepare(claim, timeout=15))
     assert res[uid(claim)].error == "", res
@@ -290,7 +289,7 @@ def test_status_of_a_replaced_claim_is_left_alone_without_an_error(
         assert app.status.flush(10)
     assert app.metrics.status_errors._value.get() == errors_before
     assert not [r for r in caplog.records
-                if r.name == "drakit.plugin.status" and r.levelno >= logging.WARNING]
+                if r.name == "drakit.plugin.claims.status" and r.levelno >= logging.WARNING]
     assert (b.h.claim(new) or {})["metadata"]["uid"] == uid(new)
 
 
@@ -418,7 +417,7 @@ def test_orphan_flags() -> None:
     """--orphan-grace-seconds and --orphan-check-seconds reach the settings."""
     import argparse
 
-    from drakit.plugin.config import add_run_arguments, settings_from_args
+    from drakit.plugin.ops.config import add_run_arguments, settings_from_args
 
     p = argparse.ArgumentParser()
     add_run_arguments(p)

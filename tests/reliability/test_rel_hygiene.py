@@ -23,7 +23,7 @@ from drakit.cdi.errors import SpecConflictError
 from drakit.cdi.hostnodes import HostNodes
 from drakit.cdi.spec import ContainerEdits, Device, DeviceNode
 from drakit.cdi.store import SpecStore
-from drakit.plugin.checkpoint import Checkpoint, CheckpointError, ClaimRecord
+from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
 from drakit.plugin.testing.harness import DriverHarness
 
 REPO = Path(__file__).resolve().parents[2]

@@ -39,7 +39,12 @@ def test_sigterm_with_a_stuck_prepare_hook_exits(tmp_path: Path) -> None:
         log = h.log_path.read_text()
         assert code == 1, log[-3000:]
         assert "1 kubelet call(s) still running" in log, log[-3000:]
-        assert took < 30, f"took {took:.1f}s to exit"
+        # which hook: the claim, the plugin and the device
+        assert (f"1 claim(s) whose prepare hooks still run; ResourceClaim default/stuck: the "
+                f"prepare hook of plugin stuck for device {pool}/{device}") in log, log[-3000:]
+        # the gRPC grace is 2 s (PluginServer.stop_grace); the rest of the stop is quick
+        assert took < 8, f"took {took:.1f}s to exit"
+        print(f"SIGTERM to exit with a stuck hook: {took:.2f}s")
         sockets = [p for p in h.registrar_dir.iterdir() if p.is_socket()]
         assert sockets == [], sockets
     finally:

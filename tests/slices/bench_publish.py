@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from drakit.discovery.model import Device, Pool
-from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.slices.publisher import SlicePublisher
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from slices_helpers import DRIVER, NODE, SleepRecorder
 
-from drakit.plugin.resourceapi import Backoff, ResourceAPI
+from drakit.plugin.api.resourceapi import Backoff, ResourceAPI
 from drakit.plugin.slices.publisher import SlicePublisher
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
-from drakit.plugin.testing.apiserver_fixtures import (  # noqa: F401 - fixtures
+from drakit.plugin.testing.apiserver.fixtures import (  # noqa: F401 - fixtures
     embedded_apiserver,
     embedded_apiserver_factory,
 )

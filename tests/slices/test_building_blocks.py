@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from drakit.plugin.slices import formats
-from drakit.plugin.slices.compare import carry_time_added, content_key
-from drakit.plugin.slices.convert import (
+from drakit.plugin.api.convert import (
     claim_from_version,
     claim_to_version,
     slice_from_version,
     slice_to_version,
 )
+from drakit.plugin.slices import formats
+from drakit.plugin.slices.compare import carry_time_added, content_key
 from drakit.plugin.slices.quantity import QuantityError, parse
 from drakit.plugin.slices.rules import RuleOptions, validate_capacity
 

@@ -22,8 +22,9 @@ from drakit.discovery.model import (
     list_attribute,
     versions,
 )
-from drakit.plugin.resourceapi import ResourceAPI
-from drakit.plugin.slices import convert, rules
+from drakit.plugin.api import convert
+from drakit.plugin.api.resourceapi import ResourceAPI
+from drakit.plugin.slices import rules
 from drakit.plugin.slices.split import split_pool
 from drakit.plugin.slices.validate import validate_pool
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
@@ -243,7 +244,7 @@ def test_resource_api_leaves_out_what_the_server_does_not_serve(
         api_client = server.api_client()
         try:
             api = ResourceAPI(api_client)
-            with caplog.at_level(logging.WARNING, logger="drakit.plugin.resourceapi"):
+            with caplog.at_level(logging.WARNING, logger="drakit.plugin.api.resourceapi"):
                 created = api.create_slice(SLICE_137)
                 api.create_slice(SLICE_137)        # warned once per field, not per write
         finally:

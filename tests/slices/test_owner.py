@@ -123,13 +123,14 @@ def test_background_follows_reregistered_node_and_stops_churning(
     pub.start()
     wait_for(lambda: pub.watching, what="watch to open")
     new = reregister_node(server)
+    # the Node watch moves the owner reference (an update), or the collector was quicker
+    # and the publisher re-creates the slice: either way once
     wait_for(lambda: owner_uids(server) == [new], what="slices owned by the new Node")
-    # the server shows a write before the publisher has counted it: wait for the sync's end
-    wait_for(lambda: pub.stats.generations == {NODE: 2}, what="the re-creating sync to end")
-    creates = pub.stats.creates
-    assert creates == 2 and gc.deleted == 1
+    time.sleep(0.3)  # the server shows a write before the publisher has counted it
+    writes = pub.stats.slice_writes
+    assert gc.deleted <= 1 and writes <= 3, (gc.deleted, writes)
     time.sleep(1.0)                                # a churning publisher writes ~20 times
-    assert pub.stats.creates == creates
+    assert pub.stats.slice_writes == writes
     assert owner_uids(server) == [new]
 
 

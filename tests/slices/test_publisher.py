@@ -10,8 +10,8 @@ import pytest
 from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 
 from drakit.discovery.model import CounterSet, Device, DeviceTaint, Pool
+from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.events import RecordedEvents
-from drakit.plugin.resourceapi import ResourceAPI
 from drakit.plugin.slices.publisher import (
     PUBLISHER_NODE_LABEL,
     PublishError,

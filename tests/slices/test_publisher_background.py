@@ -17,7 +17,7 @@ from typing import Any
 from slices_helpers import DRIVER, NODE, wait_for
 
 from drakit.discovery.model import Device, Pool
-from drakit.plugin.retry import Backoff
+from drakit.plugin.api.retry import Backoff
 from drakit.plugin.slices.publisher import SlicePublisher
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
 
@@ -155,7 +155,7 @@ AGENT = """
 import json, sys, time
 from kubernetes import client, config
 from drakit.discovery.model import Device, Pool
-from drakit.plugin.resourceapi import ResourceAPI
+from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.slices.publisher import SlicePublisher
 kubeconfig, node, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 api = ResourceAPI(config.new_client_from_config(kubeconfig))

@@ -15,8 +15,8 @@ from kubernetes.client import ApiException
 from slices_helpers import DRIVER, NODE, wait_for
 
 from drakit.discovery.model import Device, Pool
-from drakit.plugin.resourceapi import ResourceAPI
-from drakit.plugin.retry import Backoff
+from drakit.plugin.api.resourceapi import ResourceAPI
+from drakit.plugin.api.retry import Backoff
 from drakit.plugin.slices.publisher import PublishError, SlicePublisher
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer
 

@@ -16,7 +16,7 @@ import urllib3
 from kubernetes.client import ApiClient, ApiException, Configuration
 from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 
-from drakit.plugin.resourceapi import (
+from drakit.plugin.api.resourceapi import (
     Backoff,
     ErrorKind,
     ResourceAPI,
@@ -50,7 +50,7 @@ def test_version_detection_and_claim_round_trip(embedded_apiserver_factory: Fact
              "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
                              "lastTransitionTime": "2025-01-01T00:00:00Z"}],
              "networkData": {"interfaceName": "eth1", "ips": ["10.9.8.7/24"]}}
-    assert api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER) is None
+    assert api.apply_claim_status_devices("ns1", "claim-a", [entry], DRIVER) is True  # kept
     out = api.get_claim("ns1", "claim-a")
     assert out["status"]["devices"][0]["networkData"]["interfaceName"] == "eth1"
     other = {"driver": "other.example.com", "pool": NODE, "device": "nic-0"}

@@ -1,4 +1,5 @@
-"""The fact sheet's test vectors (resource-api-validation.md §15) against
+"""Test vectors rewritten from k8s.io/kubernetes
+pkg/apis/resource/validation/validation_resourceslice_test.go, against
 drakit.plugin.slices.rules.
 
 Each vector is a change to the baseline slice S and the errors the API server reports,

@@ -1,4 +1,4 @@
-"""The API transport's direct connections (drakit.plugin.kubeconn on http.client): reuse,
+"""The API transport's direct connections (drakit.plugin.api.kubeconn on http.client): reuse,
 connections the server closed, errors worded as urllib3's, TLS from the kubernetes client's
 configuration, and the urllib3 path a proxy needs. Real sockets, real TLS (openssl-made CA
 and certificates)."""
@@ -22,9 +22,9 @@ import pytest
 import urllib3
 from kubernetes.client import ApiClient, ApiException, Configuration
 
-from drakit.plugin.kubeconn import direct_supported
-from drakit.plugin.kubehttp import Transport
-from drakit.plugin.retry import ErrorKind, ResponseTooLarge, classify, describe
+from drakit.plugin.api.kubeconn import direct_supported
+from drakit.plugin.api.kubehttp import Transport
+from drakit.plugin.api.retry import ErrorKind, ResponseTooLarge, classify, describe
 
 CLAIM = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c"
 

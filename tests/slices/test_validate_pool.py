@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from drakit.discovery.model import CounterSet, Device, DeviceAttribute, Pool
 from drakit.plugin.slices import formats
-from drakit.plugin.slices.rules import SERVER_PARITY, validate_attribute
+from drakit.plugin.slices.rules import DRAKIT_DEFAULT, SERVER_PARITY, validate_attribute
 from drakit.plugin.slices.validate import SliceValidationError, validate_pool, validate_pools
 
 DRIVER = "gpu.example.com"
@@ -53,10 +55,11 @@ def test_bad_attribute_dropped_device_kept() -> None:
     ]
 
 
-def test_attribute_bare_and_qualified_drops_bare() -> None:
+def test_attribute_bare_and_qualified_drops_bare_without_the_138_rule() -> None:
     pool = Pool(name="p", devices=[dev("a", attributes={"model": "x",
                                                         f"{DRIVER}/model": "y"})])
-    res = validate_pool(pool, DRIVER, NODE)
+    res = validate_pool(pool, DRIVER, NODE,
+                        replace(DRAKIT_DEFAULT, reject_driver_qualified_names=False))
     assert res.pool is not None
     assert list(res.pool.devices[0]["attributes"]) == [f"{DRIVER}/model"]
     [issue] = res.issues

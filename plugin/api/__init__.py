@@ -1,0 +1,1 @@
+"""The API server: requests, retries, the claim and slice clients."""

@@ -1,0 +1,1 @@
+"""One claim's life: admission, vendor hooks, CDI spec, status, checkpoint, recovery."""

@@ -1,0 +1,485 @@
+"""Prepare of the claims one kubelet call runs (single flight already decided that this call
+runs them; see :mod:`drakit.plugin.claims.node`).
+
+Per claim: answered from its ``PrepareCompleted`` record when there is one; else read at the
+API (concurrently, bounded by the call's deadline) and planned
+(:func:`drakit.plugin.claims.claimplan.plan_claim`); then, in ONE checkpoint write for the whole
+call, admitted (:func:`drakit.plugin.claims.admission.admit`, under the file lock) and recorded
+``PrepareStarted``; each admitted claim's devices are prepared and its CDI spec written
+(:class:`drakit.plugin.claims.claimdevices.ClaimDevices`, no lock held); then ONE write records
+every claim ``PrepareCompleted`` (or drops the failed ones); finally the AllocatedDeviceStatus
+entries are queued. A completed record that cannot be written rolls the call's claims back.
+
+Write order and crashes: the ``PrepareStarted`` record comes before any side effect, so a
+crash leaves a record recovery rolls back (:mod:`drakit.plugin.claims.recovery`), never a device
+prepared with no record; the CDI spec comes before the ``PrepareCompleted`` record, so a
+completed record always has its spec. The spec's content is fsynced before its rename but
+its directory is not (issue #18: one fsync less per prepare): after a power loss the spec
+of a completed record may be missing (never partial), and the start-up recovery re-writes
+it from the record before the kubelet can call.
+
+Claims without a prepare hook that changes the node (every device's plugin declares
+``prepare_changes_node = False`` on purpose; nothing is inferred from overridden methods:
+:func:`drakit.plugin.claims.claimdevices.without_prepare_hook`) skip the ``PrepareStarted``
+write: their hooks run first, outside the file lock (they change nothing, so a claim admission
+then refuses has left nothing behind, and a slow vendor hook never holds the lock); inside the
+admission write, under the lock, their CDI spec is written and they are recorded
+``PrepareCompleted`` at once (one checkpoint write per call instead of two). What a crash can
+leave of them is a CDI spec without a record, which is what ``PrepareStarted`` would have been
+rolled back to anyway; the orphan-spec sweep (start-up and every orphan pass, under the same
+file lock, so it never meets a spec being written) removes it, and the kubelet's retry prepares
+the claim afresh. A failed admission write removes their specs again (under the lock, only
+while no record names the claim).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Protocol
+
+from drakit.discovery.plugin import ClaimRef, PreparedDevice
+from drakit.plugin.api.retry import describe
+from drakit.plugin.claims.admission import Admission, DeviceHolders, admit, drop_started, record
+from drakit.plugin.claims.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointState,
+    ClaimRecord,
+)
+from drakit.plugin.claims.claimdevices import (
+    ClaimDevices,
+    answer,
+    claim_ref,
+    log_context,
+    without_prepare_hook,
+)
+from drakit.plugin.claims.claimplan import Plan, plan_claim
+from drakit.plugin.claims.hookrun import HookProgress, HookRun, HookWorkers
+from drakit.plugin.claims.resourceclaim import ClaimError, RetryableClaimError
+from drakit.plugin.claims.singleflight import SingleFlight
+from drakit.plugin.events import Events
+from drakit.plugin.slices.inventory import Inventory
+from drakit.plugin.types import PrepareResult
+
+log = logging.getLogger("drakit.plugin.claims.node")
+
+#: Threads reading the claims of one kubelet call concurrently (shared by all calls).
+CLAIM_READ_THREADS = 8
+#: reservedFor digests remembered (for the stale-prepare rule); the oldest are forgotten.
+MAX_REMEMBERED_RESERVATIONS = 4096
+
+
+class ClaimSource(Protocol):
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
+        """The claim as resource.k8s.io/v1 JSON, or None when it does not exist; gives up
+        by ``deadline`` (``time.monotonic()`` seconds) when one is given."""
+        ...
+
+
+class StatusWriter(Protocol):
+    def write(self, claim: ClaimRef, record: ClaimRecord, *, resumed: bool = False) -> None: ...
+    def remove(self, claim: ClaimRef) -> None: ...
+
+
+def checkpoint_failed(events: Events, e: CheckpointError) -> str:
+    """Report a checkpoint failure; returns the claim error (its message), which the
+    claim's one failure line carries (:mod:`drakit.plugin.claims.node`)."""
+    msg = str(e)
+    events.checkpoint_error(msg)
+    return msg
+
+
+class Reservations:
+    """claim UID → digest of ``status.reservedFor`` as the claim's last prepare read it (an
+    unprepare keeps it in its mark for the stale-prepare rule); the newest
+    :data:`MAX_REMEMBERED_RESERVATIONS`. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, str] = {}
+
+    def remember(self, uid: str, digest: str | None) -> None:
+        if digest:
+            with self._lock:
+                self._seen.pop(uid, None)
+                self._seen[uid] = digest
+                while len(self._seen) > MAX_REMEMBERED_RESERVATIONS:
+                    del self._seen[next(iter(self._seen))]
+
+    def of(self, uids: Collection[str]) -> dict[str, str]:
+        with self._lock:
+            return {uid: self._seen[uid] for uid in uids if uid in self._seen}
+
+
+class Prepare:
+    """The prepare of owned claims (see the module docstring) for ``driver_name``."""
+
+    def __init__(self, driver_name: str, inventory: Inventory, claims: ClaimSource,
+                 checkpoint: Checkpoint, devices: ClaimDevices, status: StatusWriter | None,
+                 events: Events, reservations: Reservations,
+                 flights: SingleFlight | None = None) -> None:
+        self.driver_name = driver_name
+        self.inventory = inventory
+        self.claim_source = claims
+        self.checkpoint = checkpoint
+        self.devices = devices
+        self.status = status
+        self.events = events
+        self.reservations = reservations
+        self._readers: ThreadPoolExecutor | None = None
+        self._readers_lock = threading.Lock()
+        self._holders = DeviceHolders()  # used under the checkpoint's lock only
+        #: the flights of the claims run here: a claim whose hook outlives its call keeps
+        #: its flight until the hook ends (then it is released here)
+        self.flights = flights
+        self.workers = HookWorkers()
+
+    def run(self, refs: list[ClaimRef],
+            deadline: float) -> tuple[dict[str, PrepareResult], set[str]]:
+        """One PrepareResult per claim of ``refs`` (validated, distinct), and the UIDs of the
+        claims whose hooks still run (their flights are released here when the hooks end);
+        ``deadline`` (monotonic seconds) bounds the API reads and the wait for the hooks."""
+        results: dict[str, PrepareResult] = {}
+        todo: list[ClaimRef] = []
+        for ref in refs:
+            try:
+                rec = self.checkpoint.get(ref.uid)
+            except CheckpointError as e:
+                results[ref.uid] = PrepareResult(error=checkpoint_failed(self.events, e))
+                continue
+            if rec is not None and rec.phase == "PrepareCompleted":
+                results[ref.uid] = _reused(self.devices.rewrite_spec(rec)[0])
+            else:
+                todo.append(ref)
+        plans: list[Plan] = []
+        for ref, got in zip(todo, self._plan_all(todo, deadline), strict=True):
+            if isinstance(got, Plan):
+                plans.append(got)
+            elif isinstance(got, ClaimError):
+                results[ref.uid] = PrepareResult(error=str(got))
+            else:  # drakit's own bug: its traceback goes into the claim's failure line
+                results[ref.uid] = PrepareResult(
+                    error=f"ResourceClaim {ref.namespace}/{ref.name}: {type(got).__name__}: {got}",
+                    cause=got)
+        late: set[str] = set()
+        if plans:
+            answers, late = self._run_plans(plans, deadline)
+            results.update(answers)
+        return results, late
+
+    def _plan_all(self, refs: list[ClaimRef], deadline: float) -> list[Plan | BaseException]:
+        """:meth:`_plan` of every claim, concurrently (the first in this thread, the others
+        on the shared reader threads); each result is the plan or the exception it raised.
+        A read still running at ``deadline`` is answered with a retryable error."""
+        def plan(ref: ClaimRef) -> Plan | BaseException:
+            try:
+                return self._plan(ref, deadline)
+            except Exception as e:
+                return e
+
+        if len(refs) <= 1:
+            return [plan(r) for r in refs]
+        with self._readers_lock:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(CLAIM_READ_THREADS,
+                                                   thread_name_prefix="claim-read")
+        futures = [self._readers.submit(plan, r) for r in refs[1:]]
+        out: list[Plan | BaseException] = [plan(refs[0])]
+        for ref, fut in zip(refs[1:], futures, strict=True):
+            try:
+                out.append(fut.result(timeout=max(0.0, deadline - time.monotonic()) + 0.5))
+            except FutureTimeout:
+                fut.cancel()
+                out.append(RetryableClaimError(
+                    f"ResourceClaim {ref.namespace}/{ref.name}: reading it from the API did "
+                    "not finish before the call's deadline; retry"))
+        return out
+
+    def _plan(self, ref: ClaimRef, deadline: float) -> Plan:
+        try:
+            claim = self.claim_source.get_claim(ref.namespace, ref.name, deadline=deadline)
+        except Exception as e:
+            raise RetryableClaimError(
+                f"ResourceClaim {ref.namespace}/{ref.name}: cannot read it from the API: "
+                f"{describe(e)}") from None
+        if claim is None:
+            raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: not found")
+        return plan_claim(ref, claim, self.driver_name, self.inventory)
+
+    def _admit(self, state: CheckpointState, plans: list[Plan], owner: str,
+               pure: dict[str, list[PreparedDevice]], early: dict[str, ClaimRecord],
+               errors: dict[str, str]) -> Admission:
+        """The checkpoint change of admission: decide; write the CDI specs of the admitted
+        claims without a prepare hook that changes the node (``pure``: their hooks' outputs,
+        computed before the lock; ``early``: their started records; ``errors``: those that
+        failed); record the others ``PrepareStarted`` and those ``PrepareCompleted``."""
+        got = admit(state.claims, state.unprepared, plans, owner,
+                    self.checkpoint.owner_alive, time.time(), self._holders)
+        for p in plans:
+            started = got.started.get(p.ref.uid)
+            if started is None or p.ref.uid not in pure:
+                continue
+            del got.started[p.ref.uid]
+            early[p.ref.uid] = started
+            try:
+                got.prepared[p.ref.uid] = self._prepared(p, started, pure[p.ref.uid])
+            except Exception as e:
+                errors[p.ref.uid] = _failure(p, e)
+        record(state, got)
+        return got
+
+    def _run_plans(self, plans: list[Plan],
+                   deadline: float) -> tuple[dict[str, PrepareResult], set[str]]:
+        early: dict[str, ClaimRecord] = {}
+        errors: dict[str, str] = {}
+        pure: dict[str, list[PreparedDevice]] = {}
+        # hooks that change nothing on the node run before the lock, each claim's on a
+        # worker of its own, bounded by the call's deadline
+        ran, late = self._hooks([p for p in plans if without_prepare_hook(p)],
+                                self.devices.compute, deadline, self._late_pure)
+        causes: dict[str, BaseException] = {}
+        for p in plans:
+            run = ran.get(p.ref.uid)
+            if run is not None and run.error is not None:
+                errors[p.ref.uid] = _run_failure(p, run, causes)
+            elif run is not None:
+                pure[p.ref.uid] = run.result
+        still = {uid: PrepareResult(error=msg) for uid, msg in late.items()}
+        plans = [p for p in plans if p.ref.uid not in errors and p.ref.uid not in late]
+        if not plans:
+            return _failed(errors, causes) | still, set(late)
+        try:
+            owner = self.checkpoint.owner
+            adm = self.checkpoint.update_state(
+                lambda s: self._admit(s, plans, owner, pure, early, errors))
+        except CheckpointError as e:
+            msg = checkpoint_failed(self.events, e)
+            self._undo_unrecorded(early)
+            # the claims whose hook failed before the write keep their own error
+            return (_failed(errors, causes) | still
+                    | {p.ref.uid: PrepareResult(error=msg) for p in plans}, set(late))
+        for p in plans:  # the claims as this call saw them, for a later unprepare's mark
+            self.reservations.remember(p.ref.uid, p.reservations)
+        results = {uid: PrepareResult(error=err) for uid, err in adm.refused.items()}
+        for uid, rec in adm.completed.items():
+            results[uid] = _reused(self.devices.rewrite_spec(rec)[0])
+
+        done: dict[str, ClaimRecord] = {}
+        ran, late_started = self._hooks(
+            [p for p in plans if p.ref.uid in adm.started],
+            lambda p, progress: self._prepared(p, adm.started[p.ref.uid], progress=progress),
+            deadline, lambda p, run: self._late_started(p, run, owner))
+        for uid, run in ran.items():
+            if run.error is not None:
+                errors[uid] = _run_failure(next(p for p in plans if p.ref.uid == uid), run,
+                                           causes)
+            else:
+                done[uid] = run.result
+        late |= late_started
+        still |= {uid: PrepareResult(error=msg) for uid, msg in late_started.items()}
+        results |= _failed(errors, causes) | still
+        settled = [uid for uid in adm.started if uid not in late_started]
+        if settled:  # the claims whose hooks still run stay PrepareStarted until they end
+            failed = [uid for uid in settled if uid not in done]
+            try:
+                self.checkpoint.update(lambda claims: _complete(claims, done, failed, owner))
+            except CheckpointError as e:
+                # Not recorded as completed: roll these claims back.
+                msg = checkpoint_failed(self.events, e)
+                for rec in done.values():
+                    self.devices.rollback(claim_ref(rec), list(rec.devices))
+                results |= {uid: PrepareResult(error=msg) for uid in settled}
+                done = {}
+        done |= adm.prepared
+        if done:
+            self.devices.crash("after-checkpoint-write")
+        for p in plans:
+            if p.ref.uid not in done:
+                continue
+            rec = done[p.ref.uid]
+            self._queue_status(p.ref, rec)
+            results[p.ref.uid] = answer(rec)
+        return results, set(late)
+
+    def _queue_status(self, ref: ClaimRef, rec: ClaimRecord) -> None:
+        if self.status is not None:
+            try:
+                self.status.write(ref, rec)
+            except Exception:
+                log.exception("writing AllocatedDeviceStatus failed", extra=log_context(ref))
+
+    # -- each claim's hooks on a worker of its own (drakit.plugin.claims.hookrun) ----------
+
+    def _hooks(self, plans: list[Plan], work: Callable[[Plan, HookProgress], Any],
+               deadline: float, on_late: Callable[[Plan, HookRun], None]
+               ) -> tuple[dict[str, HookRun], dict[str, str]]:
+        """``work(plan, progress)`` of every plan on a worker of its own, waited for until
+        ``deadline``: (the finished runs, the error of each claim whose hook still runs, by
+        claim UID). A run that ends later goes to ``on_late``."""
+        runs = [(p, self.workers.submit(_bind_work(work, p), p.name)) for p in plans]
+        ran: dict[str, HookRun] = {}
+        late: dict[str, str] = {}
+        for p, run in runs:
+            if run.wait(deadline, _bind_late(on_late, p), _bind(self._overdue, p, run)):
+                ran[p.ref.uid] = run
+            else:
+                late[p.ref.uid] = run.progress.still_running(p.name)
+        return ran, late
+
+    def _overdue(self, p: Plan, run: HookRun) -> None:
+        """Retries of a claim whose hook outlived its call get the hook's answer."""
+        if self.flights is not None:
+            self.flights.note(p.ref.uid, lambda: run.progress.still_running(p.name))
+
+    def _release_late(self, p: Plan, result: PrepareResult | None = None) -> None:
+        if self.flights is not None:
+            self.flights.release({p.ref.uid: result} if result is not None else {}, [p.ref])
+
+    def _late_pure(self, p: Plan, run: HookRun) -> None:
+        """The hooks of a claim whose plugins declare they change nothing on the node ended
+        after the call's deadline: nothing was recorded, nothing is left to undo; the
+        kubelet's retry prepares the claim afresh."""
+        if run.error is not None:
+            _log_late_failure(p, run)
+        else:
+            log.info("prepare hooks ended after the call's deadline; nothing recorded, the "
+                     "retry prepares the claim afresh", extra=log_context(p.ref))
+        self._release_late(p)
+
+    def _late_started(self, p: Plan, run: HookRun, owner: str) -> None:
+        """A ``PrepareStarted`` claim's hooks ended after the call's deadline: record it
+        ``PrepareCompleted`` (then its status is queued and a retry is answered from the
+        record), or roll it back. A crash before this leaves the ``PrepareStarted``
+        record, which the next start rolls back."""
+        uid = p.ref.uid
+        result: PrepareResult | None = None
+        try:
+            if run.error is not None:  # ClaimDevices.prepare undid the claim already
+                _log_late_failure(p, run)
+                self._drop_started(uid, owner)
+                return
+            rec: ClaimRecord = run.result
+            try:
+                self.checkpoint.update(lambda claims: _complete(claims, {uid: rec}, [], owner))
+            except CheckpointError as e:
+                log.error("recording a late prepare failed; rolled back", extra={
+                    **log_context(p.ref), "err": checkpoint_failed(self.events, e)})
+                self.devices.rollback(claim_ref(rec), list(rec.devices))
+                self._drop_started(uid, owner)
+                return
+            self._queue_status(p.ref, rec)
+            result = answer(rec)
+            log.info("prepare hooks ended after the call's deadline; claim recorded prepared",
+                     extra=log_context(p.ref))
+        except Exception:
+            log.exception("recording a late prepare failed", extra=log_context(p.ref))
+        finally:
+            self._release_late(p, result)
+
+    def _drop_started(self, uid: str, owner: str) -> None:
+        try:
+            self.checkpoint.update(lambda claims: drop_started(claims, [uid], owner))
+        except CheckpointError as e:  # the next start rolls the record back
+            log.error("dropping a late prepare's record failed; the next start rolls it back",
+                      extra={"claim_uid": uid, "err": checkpoint_failed(self.events, e)})
+
+    def _prepared(self, p: Plan, started: ClaimRecord,
+                  outputs: list[PreparedDevice] | None = None,
+                  progress: HookProgress | None = None) -> ClaimRecord:
+        """The claim's devices prepared and its CDI spec written: its ``PrepareCompleted``
+        record, which owes the claim its AllocatedDeviceStatus entries when status writes
+        are on (:mod:`drakit.plugin.claims.owedstatus`)."""
+        rec = self.devices.prepare(p, started, time.time(), outputs=outputs, progress=progress)
+        if self.status is not None and rec.devices:
+            rec = rec.model_copy(update={"status_owed": True})
+        return rec
+
+    def _undo_unrecorded(self, early: dict[str, ClaimRecord]) -> None:
+        """After a failed admission write: remove the CDI specs written for ``early``
+        claims, under the file lock and only while no record names the claim (another
+        instance may have prepared it meanwhile)."""
+        if not early:
+            return
+        try:
+            with self.checkpoint.locked() as state:
+                for uid, rec in early.items():
+                    if uid not in state.claims:
+                        self.devices.rollback(claim_ref(rec), [])
+        except CheckpointError:
+            log.error("CDI specs of %d claim(s) not recorded are left for the orphan sweep",
+                      len(early))
+
+
+def _bind_work(work: Callable[[Plan, HookProgress], Any],
+               p: Plan) -> Callable[[HookProgress], Any]:
+    return lambda progress: work(p, progress)
+
+
+def _bind_late(on_late: Callable[[Plan, HookRun], None],
+               p: Plan) -> Callable[[HookRun], None]:
+    return lambda run: on_late(p, run)
+
+
+def _bind(fn: Callable[[Plan, HookRun], None], p: Plan, run: HookRun) -> Callable[[], None]:
+    return lambda: fn(p, run)
+
+
+def _failed(errors: dict[str, str],
+            causes: dict[str, BaseException] | None = None) -> dict[str, PrepareResult]:
+    """The results of the claims in ``errors`` (claim UID → message), each with its
+    ``causes`` entry (a vendor hook's exception, whose traceback the claim's failure line
+    carries: :mod:`drakit.plugin.claims.node`)."""
+    return {uid: PrepareResult(error=msg, cause=(causes or {}).get(uid))
+            for uid, msg in errors.items()}
+
+
+def _log_late_failure(p: Plan, run: HookRun) -> None:
+    """The one line of a claim whose hook failed after its call had answered (the claim's
+    error then said the hook was still running): the error naming plugin, hook and device,
+    with the hook's traceback."""
+    assert run.error is not None
+    err = run.progress.failed(p.name, run.error) or _failure(p, run.error)
+    hook_error = run.error if not isinstance(run.error, ClaimError) else None
+    log.warning("prepare failed after its call's deadline; nothing recorded",
+                exc_info=_exc_info(hook_error), extra={**log_context(p.ref), "err": err})
+
+
+def _exc_info(e: BaseException | None) -> Any:
+    return (type(e), e, e.__traceback__) if e is not None else None
+
+
+def _reused(result: PrepareResult) -> PrepareResult:
+    """``result`` of a claim answered from its checkpoint record."""
+    result.reused = not result.error
+    return result
+
+
+def _run_failure(p: Plan, run: HookRun, causes: dict[str, BaseException]) -> str:
+    """The claim's error from a failed run: naming plugin, hook and device when a vendor hook
+    raised (its exception kept in ``causes`` for the log's traceback)."""
+    assert run.error is not None
+    if isinstance(run.error, ClaimError):
+        return str(run.error)
+    named = run.progress.failed(p.name, run.error)
+    if named is None:
+        return _failure(p, run.error)
+    causes[p.ref.uid] = run.error
+    return named
+
+
+def _failure(p: Plan, e: BaseException) -> str:
+    return str(e) if isinstance(e, ClaimError) else f"{p.name}: {type(e).__name__}: {e}"
+
+
+def _complete(claims: dict[str, ClaimRecord], done: dict[str, ClaimRecord],
+              failed: list[str], owner: str) -> None:
+    """The checkpoint change after the devices ran: ``done`` recorded ``PrepareCompleted``;
+    the ``PrepareStarted`` records of ``failed`` (still ``owner``'s) dropped."""
+    claims.update(done)
+    drop_started(claims, failed, owner)

@@ -1,0 +1,157 @@
+"""Unprepare of the claims one kubelet call runs, from the checkpoint alone.
+
+Order (a crash at any point leaves at most an orphan CDI spec, which the start-up sweep
+removes, never a record without its spec): the devices' unprepare hooks; then, under the
+file lock, ONE write drops the records and leaves ``unprepared`` marks (for the stale-prepare
+rule, :mod:`drakit.plugin.claims.admission`), and the CDI specs are removed right after it, still
+under the lock. When a spec cannot be removed (an immutable or read-only CDI directory) the
+record is put back in a second write under the same lock and the claim's error says so: the
+device stays busy while a spec still names it, and the kubelet's retry finishes the job.
+
+The spec's removal is not made durable (no directory fsync; issue #18: one fsync less per
+unprepare): the record's removal before it is. After a power loss the spec may be back, with
+no record naming it, and the start-up recovery removes it (the orphan-spec sweep, under the
+file lock, before the kubelet can call); a process crash (SIGKILL) loses nothing that was
+unlinked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from drakit.cdi.errors import CDINameError
+from drakit.discovery.plugin import ClaimRef
+from drakit.plugin.claims.admission import held_elsewhere, held_elsewhere_error
+from drakit.plugin.claims.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointState,
+    ClaimRecord,
+)
+from drakit.plugin.claims.checkpoint import UnpreparedRecord as Mark
+from drakit.plugin.claims.claimdevices import ClaimDevices, HookFailed, claim_ref, log_context
+from drakit.plugin.claims.prepare import Reservations, StatusWriter, checkpoint_failed
+from drakit.plugin.events import Events
+
+log = logging.getLogger("drakit.plugin.claims.node")
+
+
+class Unprepare:
+    """The unprepare of owned claims (see the module docstring)."""
+
+    def __init__(self, checkpoint: Checkpoint, devices: ClaimDevices,
+                 status: StatusWriter | None, events: Events,
+                 reservations: Reservations) -> None:
+        self.checkpoint = checkpoint
+        self.devices = devices
+        self.status = status
+        self.events = events
+        self.reservations = reservations
+
+    def run(self, refs: list[ClaimRef],
+            write_status: bool) -> tuple[dict[str, str], dict[str, BaseException]]:
+        """Claim UID → error ("" = released) for ``refs`` (validated, distinct), and the
+        exception a vendor's unprepare hook raised, by claim UID (its traceback goes into
+        the claim's one failure line: :mod:`drakit.plugin.claims.node`)."""
+        results: dict[str, str] = {}
+        causes: dict[str, BaseException] = {}
+        drop: dict[str, ClaimRecord] = {}
+        unknown: list[str] = []
+        try:
+            owner = self.checkpoint.owner
+        except CheckpointError as e:
+            return {r.uid: checkpoint_failed(self.events, e) for r in refs}, causes
+        for ref in refs:
+            try:
+                rec = self.checkpoint.get(ref.uid)
+            except CheckpointError as e:
+                results[ref.uid] = checkpoint_failed(self.events, e)
+                continue
+            if rec is None:
+                unknown.append(ref.uid)
+                results[ref.uid] = ""
+                continue
+            if held_elsewhere(rec, owner, self.checkpoint.owner_alive):
+                results[ref.uid] = held_elsewhere_error(f"claim {ref.uid}", rec)
+                continue
+            try:
+                self.devices.unprepare(rec)
+            except Exception as e:
+                what = str(e) if isinstance(e, HookFailed) else f"{type(e).__name__}: {e}"
+                results[ref.uid] = (f"ResourceClaim {rec.namespace}/{rec.name}: {what}; "
+                                    "the claim stays prepared")
+                causes[ref.uid] = e.__cause__ if isinstance(e, HookFailed) and e.__cause__ else e
+                continue
+            drop[ref.uid] = rec
+            results[ref.uid] = ""
+        if not (drop or unknown):
+            return results, causes
+        try:
+            failed = self._drop(drop, unknown, write_status and self.status is not None)
+        except CheckpointError as e:
+            msg = checkpoint_failed(self.events, e)
+            return results | dict.fromkeys(drop, msg), causes
+        results.update(failed)
+        for uid, rec in drop.items():
+            if uid in failed:
+                continue
+            if write_status and self.status is not None and rec.phase == "PrepareCompleted":
+                try:
+                    self.status.remove(claim_ref(rec))
+                except Exception:
+                    log.exception("removing AllocatedDeviceStatus failed",
+                                  extra=log_context(claim_ref(rec)))
+        return results, causes
+
+    def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str],
+              owe_status: bool) -> dict[str, str]:
+        """One checkpoint write: remove the records of ``drop`` and mark them (and the
+        ``unknown`` UIDs) unprepared, each completed one owing the removal of its
+        AllocatedDeviceStatus entries when ``owe_status``; then, still under the file lock,
+        remove their CDI specs (and any spec an ``unknown`` UID still has), putting back the
+        records whose spec could not be removed. Returns claim UID → error for those."""
+        now = time.time()
+        seen = self.reservations.of([*drop, *unknown])
+
+        def change(state: CheckpointState) -> None:
+            for uid, rec in drop.items():
+                state.claims.pop(uid, None)
+                state.unprepared[uid] = Mark(
+                    fingerprint=rec.fingerprint, at=now, reservations=seen.get(uid),
+                    namespace=rec.namespace, name=rec.name,
+                    status_owed=owe_status and rec.phase == "PrepareCompleted")
+            for uid in unknown:
+                if uid not in state.claims and uid not in state.unprepared:
+                    state.unprepared[uid] = Mark(fingerprint=None, at=now,
+                                                 reservations=seen.get(uid))
+
+        failed: dict[str, str] = {}
+        self.checkpoint.update_state(
+            change, after=lambda _: failed.update(self._remove_specs(drop, unknown)))
+        return failed
+
+    def _remove_specs(self, drop: dict[str, ClaimRecord],
+                      unknown: list[str]) -> dict[str, str]:
+        failed: dict[str, str] = {}
+        for uid in [*drop, *unknown]:
+            try:
+                self.devices.specs.remove(uid, durable=False)
+            except Exception as e:
+                if isinstance(e, CDINameError) and uid not in drop:
+                    continue  # an unknown UID no spec file can be named after
+                rec = drop.get(uid)
+                what = f"ResourceClaim {rec.namespace}/{rec.name}" if rec else f"claim {uid}"
+                failed[uid] = (f"{what}: removing its CDI spec failed: "
+                               f"{type(e).__name__}: {e}; the claim stays prepared, retry")
+        back = {uid: drop[uid] for uid in failed if uid in drop}
+        if back:
+            self.checkpoint.update_state(lambda state: _put_back(state, back))
+        return failed
+
+
+def _put_back(state: CheckpointState, records: dict[str, ClaimRecord]) -> None:
+    for uid, rec in records.items():
+        if uid not in state.claims:
+            state.claims[uid] = rec
+            state.unprepared.pop(uid, None)

@@ -1,0 +1,1 @@
+"""Start-up and operations: the command, configuration, wiring, metrics, logs."""

@@ -1,0 +1,247 @@
+"""``drakit explain``: can this claim be allocated on this node, and if not, why?
+
+The claim comes from the API server (``NAMESPACE/NAME``), a file (``-f``, YAML or JSON,
+a ResourceClaim or ResourceClaimTemplate in any resource.k8s.io version) or a
+ResourceClaimTemplate on the server (``--template NAMESPACE/NAME``); ``--pod NAMESPACE/NAME``
+explains all claims of a pod, which the scheduler allocates together. The node's
+ResourceSlices come from the API server, or from a file (``--slices-file``, a list, a
+``kind: List`` or a multi-document YAML); DeviceClasses and the other claims (their
+allocations hold devices) from the API server unless ``--classes-file`` is given and
+``--no-cluster-claims`` is set. The answer is drakit.allocator's, the scheduler's rules:
+per request the matching devices, per other device the rule that rules it out.
+
+Exit status: 0 allocatable on the node, 1 not, 2 usage or API error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GROUP = "resource.k8s.io"
+
+
+class UsageError(Exception):
+    pass
+
+
+def _documents(path: str) -> list[dict[str, Any]]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not YAML or JSON: {e}") from None
+    out: list[dict[str, Any]] = []
+    for d in docs:
+        if isinstance(d, list):
+            out.extend(x for x in d if isinstance(x, dict))
+        elif isinstance(d, dict) and isinstance(d.get("items"), list):
+            out.extend(x for x in d["items"] if isinstance(x, dict))
+        elif isinstance(d, dict):
+            out.append(d)
+        else:
+            raise UsageError(f"{path}: a document is not an object")
+    return out
+
+
+class _Cluster:
+    def __init__(self, kubeconfig: str | None) -> None:
+        from drakit.plugin.api.resourceapi import ResourceAPI
+        from drakit.plugin.ops.app import kube_api_client
+
+        self.api = ResourceAPI(kube_api_client(kubeconfig))
+
+    def _path(self, plural: str, name: str = "", namespace: str = "") -> str:
+        ns = f"/namespaces/{namespace}" if namespace else ""
+        return f"/apis/{GROUP}/{self.api.version}{ns}/{plural}" + (f"/{name}" if name else "")
+
+    def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any]:
+        obj: dict[str, Any] = self.api.http.json("GET", self._path(plural, name, namespace))
+        return obj
+
+    def list(self, plural: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self.api.http.json("GET", self._path(plural),
+                                      query={"limit": 500, "continue": token})
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return items
+
+    def node(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.api.http.json("GET", f"/api/v1/nodes/{name}")
+        return obj
+
+
+def _ns_name(text: str, what: str) -> tuple[str, str]:
+    ns, sep, name = text.rpartition("/")
+    if not name:
+        raise UsageError(f"{what} {text!r}: expected NAMESPACE/NAME")
+    return (ns if sep else "default"), name
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="drakit explain",
+        description="Explain whether a ResourceClaim can be allocated on a node, as "
+        "kube-scheduler would decide, and why not. Exit 0: allocatable; 1: not; 2: usage or "
+        "API error.", allow_abbrev=False)
+    p.add_argument("claim", nargs="?", help="NAMESPACE/NAME of a ResourceClaim on the server")
+    p.add_argument("-f", "--filename", help="a ResourceClaim or ResourceClaimTemplate file "
+                   "(YAML or JSON; - for stdin)")
+    p.add_argument("--template", help="NAMESPACE/NAME of a ResourceClaimTemplate on the server")
+    p.add_argument("--pod", help="NAMESPACE/NAME of a Pod: all its claims, allocated together "
+                   "as the scheduler does (--node defaults to its node or its "
+                   "kubernetes.io/hostname nodeSelector)")
+    p.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                   help="the node [NODE_NAME]")
+    p.add_argument("--slices-file", help="ResourceSlices from this file instead of the server")
+    p.add_argument("--classes-file", help="DeviceClasses from this file instead of the server")
+    p.add_argument("--no-cluster-claims", action="store_true",
+                   help="do not read the server's claims (no device is held by another claim)")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                   help="kubeconfig; in-cluster config when unset [KUBECONFIG]")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    return p
+
+
+def _pod_claims(cluster: _Cluster, ns: argparse.Namespace) -> list[dict[str, Any]]:
+    """The pod's claims (from its status for template-made ones; the template itself when
+    the claim is not made yet); sets ``ns.node`` from the pod when not given."""
+    namespace, name = _ns_name(ns.pod, "--pod")
+    pod: dict[str, Any] = cluster.api.http.json(
+        "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    spec = pod.get("spec") or {}
+    if not ns.node:
+        ns.node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(
+            "kubernetes.io/hostname")
+    made = {s.get("name"): s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    claims = []
+    for ref in spec.get("resourceClaims") or []:
+        claim_name = ref.get("resourceClaimName") or made.get(ref.get("name"))
+        if claim_name:
+            claims.append(cluster.get("resourceclaims", claim_name, namespace))
+        elif ref.get("resourceClaimTemplateName"):
+            claims.append({"kind": "ResourceClaimTemplate", **cluster.get(
+                "resourceclaimtemplates", ref["resourceClaimTemplateName"], namespace)})
+    if not claims:
+        raise UsageError(f"pod {namespace}/{name} has no resource claims")
+    return claims
+
+
+def _inputs(ns: argparse.Namespace) -> tuple[Any, ...]:
+    given = [x for x in (ns.claim, ns.filename, ns.template, ns.pod) if x]
+    if len(given) != 1:
+        raise UsageError("give exactly one of NAMESPACE/NAME, -f FILE, --template NS/NAME, "
+                         "--pod NS/NAME")
+    need_cluster = not (ns.filename and ns.slices_file and ns.classes_file
+                        and ns.no_cluster_claims)
+    cluster = _Cluster(ns.kubeconfig) if need_cluster else None
+    claims: list[dict[str, Any]] = []
+    if ns.pod:
+        assert cluster is not None
+        claims = _pod_claims(cluster, ns)
+    if not ns.node:
+        raise UsageError("--node is required (or NODE_NAME)")
+    if ns.pod:
+        claim: Any = claims
+    elif ns.filename:
+        docs = _documents(ns.filename)
+        if len(docs) != 1:
+            raise UsageError(f"{ns.filename}: expected one ResourceClaim or "
+                             f"ResourceClaimTemplate, found {len(docs)} objects")
+        claim = docs[0]
+    elif ns.template:
+        assert cluster is not None
+        namespace, name = _ns_name(ns.template, "--template")
+        claim = {"kind": "ResourceClaimTemplate",
+                 **cluster.get("resourceclaimtemplates", name, namespace)}
+    else:
+        assert cluster is not None
+        namespace, name = _ns_name(ns.claim, "claim")
+        claim = cluster.get("resourceclaims", name, namespace)
+    slices = _documents(ns.slices_file) if ns.slices_file else \
+        (cluster.list("resourceslices") if cluster else [])
+    classes = _documents(ns.classes_file) if ns.classes_file else \
+        (cluster.list("deviceclasses") if cluster else [])
+    others = [] if ns.no_cluster_claims or cluster is None else cluster.list("resourceclaims")
+    node: dict[str, Any] = {"metadata": {"name": ns.node}}
+    if cluster is not None:
+        # no read access to nodes (or no Node): slices by nodeName still match
+        with contextlib.suppress(Exception):
+            node = cluster.node(ns.node)
+    return claim, slices, classes, node, others
+
+
+def _text(e: Any) -> str:
+    lines = [f"claim {e.claim} on node {e.node}: "
+             + ("ALLOCATABLE" if e.allocatable else "NOT ALLOCATABLE")]
+    if e.error:
+        lines.append(f"  error (the scheduler fails the pod with it): {e.error}")
+    lines += [f"  reason: {r}" for r in e.reasons]
+    for p in e.pools:
+        if p["state"] != "complete":
+            lines.append(f"  pool {p['pool']}: {p['state']}")
+    for r in e.requests:
+        want = "all" if r.mode == "All" else str(r.count)
+        lines.append(f"  request {r.request} (class {r.device_class}, {want} device(s)): "
+                     f"{len(r.matched)} match")
+        lines += [f"    match    {d}" for d in r.matched]
+        lines += [f"    no       {u.device}: {u.reason}: {u.detail}" for u in r.unmatched]
+    if e.allocation:
+        picked = ", ".join(f"{d['request']}={d['driver']}/{d['pool']}/{d['device']}"
+                           for d in e.allocation["devices"]["results"])
+        lines.append(f"  the scheduler would allocate: {picked}")
+    return "\n".join(lines)
+
+
+def _pod_text(e: Any) -> str:
+    lines = [f"pod {e.pod} on node {e.node}: "
+             + ("ALLOCATABLE" if e.allocatable else "NOT ALLOCATABLE")]
+    if e.error:
+        lines.append(f"  error (the scheduler fails the pod with it): {e.error}")
+    lines += [f"  reason: {r}" for r in e.reasons]
+    return "\n".join(lines + ["  " + line for c in e.claims for line in _text(c).splitlines()])
+
+
+def explain_main(argv: Sequence[str]) -> int:
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    try:
+        from drakit.allocator.explain import explain, explain_pod
+        from drakit.allocator.objects import ObjectError
+
+        claim, slices, classes, node, others = _inputs(ns)
+        if ns.pod:
+            pod = explain_pod(ns.pod, claim, slices, classes, node, others)
+            print(json.dumps(pod.to_dict(), indent=2) if ns.output == "json"
+                  else _pod_text(pod))
+            return 0 if pod.allocatable else 1
+        result = explain(claim, slices, classes, node, others)
+    except (UsageError, ObjectError, ImportError) as e:
+        print(f"drakit explain: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the API's answer, one line
+        from drakit.plugin.api.resourceapi import describe
+
+        print(f"drakit explain: {' '.join(describe(e).split())}", file=sys.stderr)
+        return 2
+    if ns.output == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(_text(result))
+    return 0 if result.allocatable else 1

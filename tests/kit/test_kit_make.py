@@ -1,0 +1,59 @@
+"""``make test`` on a fresh clone builds every binary the suite's tiers look for: the
+Makefile's K8S_COMPONENTS hold every component .ci/run builds (helm for the chart tests
+included), and the CDI schema the schema checks need is a file of the repository."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _make_components() -> set[str]:
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    match = re.search(r"^K8S_COMPONENTS \?=(.*)$", text, re.M)
+    assert match is not None
+    return set(match.group(1).split())
+
+
+def _ci_components() -> set[str]:
+    text = (REPO / ".ci" / "run").read_text()
+    match = re.search(r"scripts/build-k8s\.sh ([^)\"]*)", text)
+    assert match is not None
+    return set(shlex.split(match.group(1)))
+
+
+def test_make_test_builds_what_ci_builds() -> None:
+    assert "helm" in _make_components()
+    assert _ci_components() <= _make_components()
+
+
+def _make_var(name: str) -> str:
+    match = re.search(rf"^{name} \?= *(.*)$", (REPO / "Makefile").read_text(), re.M)
+    assert match is not None, f"Makefile: no {name} ?="
+    return match.group(1).strip()
+
+
+def test_make_test_runs_the_version_matrix_for_the_release_it_builds() -> None:
+    """`make test` builds one release (K8S_VERSION, scripts/build-k8s.sh's default) and runs
+    the version matrix for that one (DRAKIT_VERSIONS), so tests/versions skips nothing there;
+    `make test-versions` builds and runs the whole matrix."""
+    script = (REPO / "scripts" / "build-k8s.sh").read_text()
+    default = re.search(r'^K8S_VERSION="\$\{K8S_VERSION:-([^}]+)\}"', script, re.M)
+    assert default is not None
+    assert _make_var("K8S_VERSION") == default.group(1)
+    assert _make_var("DRAKIT_VERSIONS") == "$(K8S_VERSION)"
+    assert default.group(1) in _make_var("MATRIX_VERSIONS").split()
+    makefile = (REPO / "Makefile").read_text()
+    assert 'DRAKIT_VERSIONS="$(DRAKIT_VERSIONS)" $(PY) -m pytest -q -ra' in makefile
+    assert "K8S_VERSION=$(K8S_VERSION) scripts/build-k8s.sh $(K8S_COMPONENTS)" in makefile
+
+
+def test_the_cdi_schema_is_carried_by_the_repository() -> None:
+    for name in ("schema.json", "defs.json", "LICENSE", "PROVENANCE.md"):
+        assert (REPO / "tests" / "data" / "cdi-schema" / name).is_file()
+    for conftest in ("tests/cdi/conftest.py", "tests/integration/conftest.py",
+                     "tests/reliability/test_rel_fuzz_cdi.py"):
+        assert '"shared"' not in (REPO / conftest).read_text(), conftest
