@@ -101,7 +101,8 @@ def test_v1beta1_only_server(beta1_server: EmbeddedAPIServer) -> None:
         with pytest.raises(client.ApiException) as info:
             client.ResourceV1Api(api).list_resource_slice()
         assert info.value.status == 404
-        assert client.VersionApi(api).get_code().minor == "32"
+        # Serving only v1beta1 limits the versions, not the release (like --runtime-config).
+        assert client.VersionApi(api).get_code().minor == "37"
         group = client.ResourceApi(api).get_api_group()
         assert [v.version for v in group.versions] == ["v1beta1"]
     finally:
@@ -148,7 +149,20 @@ def test_two_versions_served(embedded_apiserver_factory: Any) -> None:
     try:
         beta2 = client.ResourceV1beta2Api(api).read_resource_slice("node-a-gpu")
         assert beta2.spec.devices[0].attributes["model"].string == "x100"
-        assert client.VersionApi(api).get_code().minor == "33"
+        assert client.VersionApi(api).get_code().minor == "37"
+    finally:
+        api.close()
+
+
+def test_release_named_by_kubernetes_minor(embedded_apiserver_factory: Any) -> None:
+    server: EmbeddedAPIServer = embedded_apiserver_factory(served_versions=("v1beta2",
+                                                                            "v1beta1"),
+                                                           kubernetes_minor=33)
+    api = server.api_client()
+    try:
+        code = client.VersionApi(api).get_code()
+        assert (code.major, code.minor) == ("1", "33")
+        assert code.git_version.startswith("v1.33.")
     finally:
         api.close()
 

@@ -67,6 +67,8 @@ class Release:
     bin_dir: Path
     gates: dict[str, Gate] = field(default_factory=dict)
     resource_versions: tuple[str, ...] = ()
+    has_alpha_resource_api: bool = False
+    """k8s.io/api of the release has resource/v1alpha3 (DeviceTaintRule in 1.33-1.35)."""
 
     @property
     def minor(self) -> str:
@@ -160,7 +162,10 @@ def resource_versions(version: str) -> tuple[str, ...]:
 def load_release(version: str) -> Release:
     """The release with its gates and resource versions (binaries must exist)."""
     d = bin_dir(version)
-    return Release(version, d, read_gates(d / "kube-apiserver"), resource_versions(version))
+    api = api_module_dir(version)
+    return Release(version, d, read_gates(d / "kube-apiserver"), resource_versions(version),
+                   has_alpha_resource_api=api is not None
+                   and (api / "resource" / "v1alpha3").is_dir())
 
 
 def matrix_dir() -> Path:
@@ -195,6 +200,11 @@ class ReleaseServer(RealAPIServer):
     def __init__(self, workdir: Path, release: Release,
                  gates: dict[str, bool] | None = None) -> None:
         runtime = {f"resource.k8s.io/{v}": True for v in release.resource_versions}
+        if release.has_alpha_resource_api:
+            # DeviceTaintRule (DRADeviceTaints, alpha in 1.33-1.35) is only in v1alpha3
+            # there: a kube-scheduler with the gate on waits for its informer, and without
+            # the version served it never syncs and schedules nothing
+            runtime["resource.k8s.io/v1alpha3"] = True
         super().__init__(workdir, release.bin_dir, runtime_config=runtime,
                          authorization_mode="Node,RBAC")
         self.feature_gates = dict(release.matrix_gates() if gates is None else gates)
