@@ -167,6 +167,79 @@ GO
   touch "$mod/.ready"
 }
 
+iptables_wrappers_stand_in() {
+  # k8s.io/kubernetes v1.38 moved the kubelet's iptables helper to sigs.k8s.io/iptables-wrappers
+  # (pkg/iptables), a module whose zip the Go module proxy here refuses (403). Only the kubelet
+  # imports it (pkg/kubelet/kubelet_network_linux.go: the KUBE-IPTABLES-HINT and KUBE-FIREWALL
+  # chains it keeps for *other* components). Where the proxy refuses it, the module is replaced
+  # by a local one that reports a host without iptables, a case that kubelet handles by itself
+  # ("No iptables support on this system", as on an nftables-only host); DRA is untouched, and
+  # the real-node tier runs its kubelets with makeIPTablesUtilChains off anyway.
+  local mod="$SRC/kubernetes" dir="$SRC/kubernetes/iptables-wrappers-absent"
+  local version
+  version="$(awk '$1 == "sigs.k8s.io/iptables-wrappers" {print $2; exit}' "$KUBE_GOMOD")"
+  [ -n "$version" ] || return 0
+  grep -q '^replace sigs.k8s.io/iptables-wrappers ' "$mod/go.mod" && return 0
+  (cd "$mod" && go mod download "sigs.k8s.io/iptables-wrappers@$version" >/dev/null 2>&1) && return 0
+  log "sigs.k8s.io/iptables-wrappers $version is not served: the kubelet gets a stand-in without iptables"
+  mkdir -p "$dir/pkg/iptables"
+  printf 'module sigs.k8s.io/iptables-wrappers\n\ngo 1.24\n' > "$dir/go.mod"
+  cat > "$dir/pkg/iptables/iptables.go" <<'GO'
+// Package iptables stands in for sigs.k8s.io/iptables-wrappers/pkg/iptables where the Go
+// module proxy does not serve it (drakit's scripts/build-k8s.sh). It describes a host
+// without iptables: NewBestEffort returns no client, so the kubelet of Kubernetes v1.38
+// skips the iptables chains it keeps for other components and says so in its log.
+package iptables
+
+import (
+	"context"
+	"time"
+)
+
+// Table is an iptables table name.
+type Table string
+
+// Chain is an iptables chain name.
+type Chain string
+
+// RulePosition says whether a rule is prepended or appended.
+type RulePosition string
+
+// Mode says which iptables binaries a client uses.
+type Mode string
+
+// Protocol is the IP family of a client.
+type Protocol string
+
+const (
+	TableMangle      Table        = "mangle"
+	TableNAT         Table        = "nat"
+	TableFilter      Table        = "filter"
+	ChainInput       Chain        = "INPUT"
+	ChainOutput      Chain        = "OUTPUT"
+	Prepend          RulePosition = "-I"
+	Append           RulePosition = "-A"
+	UseInstalledMode Mode         = "installed"
+)
+
+// Interface is the part of an iptables client the kubelet uses.
+type Interface interface {
+	EnsureChain(ctx context.Context, table Table, chain Chain) (bool, error)
+	EnsureRule(ctx context.Context, position RulePosition, table Table, chain Chain, args ...string) (bool, error)
+	IsIPv6() bool
+	Protocol() Protocol
+	Monitor(ctx context.Context, canary Chain, tables []Table, reloadFunc func(), interval time.Duration)
+}
+
+// NewBestEffort returns the clients of the IP families the host's iptables supports: none.
+func NewBestEffort(ctx context.Context, mode Mode) map[Protocol]Interface {
+	return map[Protocol]Interface{}
+}
+GO
+  printf '\nreplace sigs.k8s.io/iptables-wrappers => ./iptables-wrappers-absent\n' >> "$mod/go.mod"
+  (cd "$mod" && go mod tidy -e >&2 2>&1 | tail -5 >&2 || true)
+}
+
 build_k8s() {
   local name="$1" pkg="$2"
   [ -x "$BIN/$name" ] && { log "$name: cached"; return 0; }
@@ -190,7 +263,10 @@ go_install() {
 
 for c in "${components[@]}"; do
   case "$c" in
-    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubelet)
+    kubelet)
+      [ -x "$BIN/kubelet" ] || { k8s_module; iptables_wrappers_stand_in; }
+      build_k8s kubelet k8s.io/kubernetes/cmd/kubelet ;;
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl)
       build_k8s "$c" "k8s.io/kubernetes/cmd/$c" ;;
     etcd) build_k8s etcd ./etcd ;;
     helm)

@@ -1,4 +1,4 @@
-"""Fixtures of the real-node tier: one real node for the session (kube-apiserver, etcd,
+"""Fixtures of the real-node tier: one real node for the tier (kube-apiserver, etcd,
 kube-scheduler, kube-controller-manager, kubelet, containerd + runc;
 drakit.plugin.testing.real.node) and drakit running on it as a real process.
 
@@ -15,10 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from node_helpers import TIMINGS, Drivers, Veth, device_class, record
 
-from drakit.plugin.testing.real.node import DrakitProcess, RealNode
-from drakit.plugin.testing.real.node import real_node as real_node
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode, real_node_fixture
+
+from .node_helpers import TIMINGS, Drivers, Veth, device_class, record
+
+# Package scope: the node stops when this tier ends, before tests/versions starts the nodes
+# of other kubelet releases (one node per host at a time).
+real_node = real_node_fixture("package")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -30,7 +34,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{name}: {shown}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node(real_node: RealNode) -> RealNode:
     """The session's real node with drakit's DeviceClass."""
     real_node.apply([device_class()])
@@ -40,13 +44,13 @@ def node(real_node: RealNode) -> RealNode:
     return real_node
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def veth(node: RealNode) -> Iterator[Veth]:
     with Veth() as v:
         yield v
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def drivers(node: RealNode, veth: Veth, tmp_path_factory: pytest.TempPathFactory) -> Drivers:
     return Drivers(node, tmp_path_factory.mktemp("drakit"), veth)
 

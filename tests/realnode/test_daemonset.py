@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from node_helpers import (
+
+from drakit.plugin.testing.real.node import RealNode
+from drakit.plugin.testing.real.process import wait_until
+
+from .node_helpers import (
     DRIVER,
     REPORT_END,
     Drivers,
@@ -34,9 +38,6 @@ from node_helpers import (
     request,
     wait_no_specs,
 )
-
-from drakit.plugin.testing.real.node import RealNode
-from drakit.plugin.testing.real.process import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "deploy" / "image" / "build.sh"

@@ -11,7 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from node_helpers import (
+
+from drakit.plugin.ops.cli import main
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
+
+from .node_helpers import (
     DRIVER,
     allocated,
     apply_and_wait_ready,
@@ -22,10 +27,6 @@ from node_helpers import (
     pod_claim,
     request,
 )
-
-from drakit.plugin.ops.cli import main
-from drakit.plugin.testing.real.node import DrakitProcess, RealNode
-from drakit.plugin.testing.real.process import wait_until
 
 
 def test_pending_pod_explained(node: RealNode, drakit: DrakitProcess, tmp_path: Path,

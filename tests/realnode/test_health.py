@@ -7,8 +7,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from healthplugin import DEVICE, POOL
-from node_helpers import (
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
+
+from .healthplugin import DEVICE, POOL
+from .node_helpers import (
     DRIVER,
     Drivers,
     allocated,
@@ -22,9 +25,6 @@ from node_helpers import (
     request,
     wait_no_specs,
 )
-
-from drakit.plugin.testing.real.node import DrakitProcess, RealNode
-from drakit.plugin.testing.real.process import wait_until
 
 
 def health_of(node: RealNode, ns: str, name: str) -> dict[str, str]:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from node_helpers import (
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
+
+from .node_helpers import (
     DRIVER,
     apply_and_wait_ready,
     attr,
@@ -18,10 +21,7 @@ from node_helpers import (
     request,
     wait_no_specs,
 )
-from node_helpers import pod as make_pod
-
-from drakit.plugin.testing.real.node import DrakitProcess, RealNode
-from drakit.plugin.testing.real.process import wait_until
+from .node_helpers import pod as make_pod
 
 
 def slices(node: RealNode) -> list[dict[str, Any]]:

@@ -9,7 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from node_helpers import (
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
+
+from .node_helpers import (
     DRIVER,
     REPORT_END,
     Veth,
@@ -28,9 +31,6 @@ from node_helpers import (
     spec_claim_uids,
     wait_no_specs,
 )
-
-from drakit.plugin.testing.real.node import DrakitProcess, RealNode
-from drakit.plugin.testing.real.process import wait_until
 
 
 def report(node: RealNode, ns: str, name: str) -> tuple[dict[str, str], str]:

@@ -10,7 +10,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from node_helpers import (
+from drakit.plugin.testing.real.node import DrakitProcess, RealNode
+from drakit.plugin.testing.real.process import wait_until
+
+from .node_helpers import (
     Drivers,
     allocated,
     apply_and_wait_ready,
@@ -26,9 +29,6 @@ from node_helpers import (
     spec_claim_uids,
     wait_no_specs,
 )
-
-from drakit.plugin.testing.real.node import DrakitProcess, RealNode
-from drakit.plugin.testing.real.process import wait_until
 
 REGISTERED = "registered with the kubelet"
 PREPARED = "prepared claim with"

@@ -92,6 +92,7 @@ __all__ = [
     "RealNode",
     "node_unavailable_reason",
     "real_node",
+    "real_node_fixture",
 ]
 
 #: The binaries a node needs next to kube-apiserver and etcd (scripts/build-k8s.sh).
@@ -285,6 +286,43 @@ class RealNode:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return problems
 
+    def reboot(self, timeout: float = 120.0) -> float:
+        """What a reboot does to this node, the host left running: the kubelet and the drakit
+        processes started here stop (SIGTERM), every container ends and containerd stops,
+        the CDI dir is emptied (``/var/run/cdi`` is a tmpfs on a real node); then containerd,
+        the same drakit processes and the kubelet start again. What a disk keeps stays: the
+        kubelet's root dir (its DRA manager checkpoint included), drakit's state, containerd's
+        images. Returns when every drakit is ready and the Node is Ready again, with the
+        seconds from containerd's start; pods come back as the kubelet restarts them
+        (k8s.io/dynamic-resource-allocation v0.38 documents that NodePrepareResources is
+        called after a reboot before the kubelet restarts the pods).
+
+        Raises :class:`RealClusterError` when a component does not come back in
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        self.stop_kubelet()
+        drakits = [d for d in self._drakits if d.alive()]
+        for d in drakits:
+            d.stop()
+        self.containerd.remove_containers()
+        if self.containerd.process is not None:
+            self.containerd.process.stop()
+            self.containerd.process = None
+        self.containerd.kill_shims()
+        for f in Path(self.cdi_dir).iterdir():
+            if f.is_file() or f.is_symlink():
+                f.unlink()
+        t0 = time.monotonic()
+        self.containerd.start(deadline)
+        for d in drakits:
+            d.start()
+        since = time.time()
+        self.start_kubelet()
+        for d in drakits:
+            d.wait_ready(max(5.0, deadline - time.monotonic()))
+        self.wait_node_ready(max(5.0, deadline - time.monotonic()), since=since)
+        return time.monotonic() - t0
+
     # ------------------------------------------------------------------ controller manager
 
     def _start_controller_manager(self, deadline: float) -> None:
@@ -349,14 +387,18 @@ class RealNode:
 # ---------------------------------------------------------------------------- pytest
 
 
-def _fixture() -> Any:
+def real_node_fixture(scope: str = "session") -> Any:
+    """A pytest fixture ``real_node`` of ``scope`` (``"session"``, or ``"package"`` so that
+    a test package's node is stopped before other packages start nodes of their own: one
+    node per host at a time, as they share cgroups and kernel tunables). Bind it to the name
+    ``real_node`` in a conftest: ``real_node = real_node_fixture("package")``."""
     import pytest
 
-    @pytest.fixture(scope="session")
-    def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
-        """A running :class:`RealNode` on its own real control plane (session scope). Skips
-        with the reason when the machine cannot run one (not root, binaries not built);
-        under ``CI=true`` that is a failure instead."""
+    @pytest.fixture(scope=scope)  # type: ignore[call-overload]
+    def real_node() -> Iterator[RealNode]:
+        """A running :class:`RealNode` on its own real control plane. Skips with the reason
+        when the machine cannot run one (not root, binaries not built); under ``CI=true``
+        that is a failure instead."""
         reason = node_unavailable_reason()
         if reason is not None:
             if os.environ.get("CI") == "true":
@@ -381,4 +423,4 @@ def _fixture() -> Any:
     return real_node
 
 
-real_node = _fixture()
+real_node = real_node_fixture()

@@ -123,13 +123,17 @@ class ClusterObjects:
     def apply_manifests(self, docs: Iterable[Mapping[str, Any]], *,
                         field_manager: str = "drakit-test", dry_run: bool = False) -> None:
         """Server-side apply every manifest (kinds of :data:`_KIND_PATHS`: the ones deploy/
-        uses) as the admin; ``dry_run`` sends ``dryRun=All``. kubectl is not needed."""
+        uses) as the admin, each at its own ``apiVersion`` (the kind's usual version without
+        one); ``dry_run`` sends ``dryRun=All``. kubectl is not needed."""
         for doc in docs:
             kind = doc.get("kind", "")
             if kind not in _KIND_PATHS:
                 raise ValueError(f"apply_manifests: no path known for kind {kind!r} "
                                  f"(known: {', '.join(sorted(_KIND_PATHS))}); use kubectl")
             prefix, plural, namespaced = _KIND_PATHS[kind]
+            api_version = doc.get("apiVersion")
+            if api_version:  # the document's own version (v1beta1 on a 1.32 server)
+                prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             meta = doc.get("metadata") or {}
             path = prefix
             if namespaced:
