@@ -12,6 +12,8 @@ Errors surface as ``kubernetes.client.ApiException`` (or urllib3 / OS connection
 :func:`classify` sorts them into retryable (429, 5xx, connection errors), conflict (409),
 not found (404), expired (410) and fatal, and :func:`call_with_retries` retries the
 retryable ones with exponential backoff and jitter, honouring ``Retry-After``.
+:class:`ClaimReader` is the claim read of a prepare: a GET retried until the kubelet call's
+deadline, None for 404.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from drakit.plugin.api.kubehttp import (
     segment,
 )
 from drakit.plugin.api.retry import (
+    CLAIM_READS,
+    DEFAULT_CALL_SECONDS,
     Backoff,
+    Deadline,
     ErrorKind,
     ResponseTooLarge,
     call_with_retries,
@@ -404,3 +409,39 @@ class ResourceAPI:
         if not uid:
             raise ValueError(f"node {name!r} has no metadata.uid")
         return str(uid)
+
+
+class ClaimReadError(RuntimeError):
+    """A ResourceClaim GET failed; the message is one line (HTTP status, reason, the API's
+    message), not the client's multi-line dump with headers. ``status`` is the HTTP status
+    (None for a connection error)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ClaimReader:
+    """GET ResourceClaims through :class:`ResourceAPI` (None for 404; other failures raise
+    :class:`ClaimReadError`), retried by :data:`drakit.plugin.api.retry.CLAIM_READS` until
+    ``deadline`` (monotonic seconds; default:
+    :data:`drakit.plugin.api.retry.DEFAULT_CALL_SECONDS` from now), each attempt's HTTP timeout
+    bounded by what is left."""
+
+    def __init__(self, api: ResourceAPI, request_timeout: float = 30.0) -> None:
+        self.api = api
+        self.request_timeout = request_timeout
+
+    def get_claim(self, namespace: str, name: str,
+                  deadline: float | None = None) -> dict[str, Any] | None:
+        dl = Deadline(deadline) if deadline is not None else Deadline.after(DEFAULT_CALL_SECONDS)
+        try:
+            return call_with_retries(
+                lambda: self.api.get_claim(namespace, name,
+                                           timeout=dl.timeout(self.request_timeout)),
+                CLAIM_READS, deadline=dl, what=f"GET ResourceClaim {namespace}/{name}")
+        except Exception as e:
+            status = getattr(e, "status", None)
+            if status == 404:
+                return None
+            raise ClaimReadError(describe(e), status) from e

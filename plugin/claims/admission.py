@@ -35,7 +35,7 @@ from drakit.plugin.claims.checkpoint import (
     ClaimRecord,
     UnpreparedRecord,
 )
-from drakit.plugin.claims.claimplan import Plan
+from drakit.plugin.claims.resourceclaim import Plan
 
 
 @dataclass

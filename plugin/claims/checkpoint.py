@@ -135,7 +135,7 @@ class ClaimRecord(BaseModel):
 
     ``owner`` is the instance that recorded ``PrepareStarted`` (see :attr:`Checkpoint.owner`);
     ``fingerprint`` identifies the allocation
-    (:func:`drakit.plugin.claims.claimplan.allocation_fingerprint`);
+    (:func:`drakit.plugin.claims.resourceclaim.allocation_fingerprint`);
     ``configs`` are the claim's opaque configs for this driver
     (``status.allocation.devices.config`` entries, class configs first).
     """

@@ -2,7 +2,7 @@
 NodeUnprepareResources as the kubelet calls them, version-neutral.
 
 Per call (one pod, one driver, one or more claims): claim references are checked (UID,
-namespace, name) and de-duplicated; single flight (:mod:`drakit.plugin.claims.singleflight`)
+namespace, name) and de-duplicated; single flight (:mod:`drakit.plugin.claims.inflight`)
 gives each claim to one call at a time; the claims this call runs go to
 :class:`drakit.plugin.claims.prepare.Prepare` or
 :class:`drakit.plugin.claims.unprepare.Unprepare`; the answer lists, per device, its base
@@ -38,7 +38,6 @@ import time
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.api.retry import call_deadline
 from drakit.plugin.claims import owedstatus
-from drakit.plugin.claims.activity import KubeletCalls
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.claims.claimdevices import (
     CRASH_POINTS,
@@ -47,9 +46,9 @@ from drakit.plugin.claims.claimdevices import (
     SpecWriter,
     no_crash,
 )
+from drakit.plugin.claims.inflight import KubeletCalls, SingleFlight
 from drakit.plugin.claims.prepare import ClaimSource, Prepare, Reservations, StatusWriter
 from drakit.plugin.claims.recovery import Recovery
-from drakit.plugin.claims.singleflight import SingleFlight
 from drakit.plugin.claims.unprepare import Unprepare
 from drakit.plugin.events import Events
 from drakit.plugin.klog import V, claim_keys

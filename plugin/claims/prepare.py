@@ -3,7 +3,7 @@ runs them; see :mod:`drakit.plugin.claims.node`).
 
 Per claim: answered from its ``PrepareCompleted`` record when there is one; else read at the
 API (concurrently, bounded by the call's deadline) and planned
-(:func:`drakit.plugin.claims.claimplan.plan_claim`); then, in ONE checkpoint write for the whole
+(:func:`drakit.plugin.claims.resourceclaim.plan_claim`); then, in ONE checkpoint write for the whole
 call, admitted (:func:`drakit.plugin.claims.admission.admit`, under the file lock) and recorded
 ``PrepareStarted``; each admitted claim's devices are prepared and its CDI spec written
 (:class:`drakit.plugin.claims.claimdevices.ClaimDevices`, no lock held); then ONE write records
@@ -53,15 +53,16 @@ from drakit.plugin.claims.checkpoint import (
 )
 from drakit.plugin.claims.claimdevices import (
     ClaimDevices,
+    HookProgress,
+    HookRun,
+    HookWorkers,
     answer,
     claim_ref,
     log_context,
     without_prepare_hook,
 )
-from drakit.plugin.claims.claimplan import Plan, plan_claim
-from drakit.plugin.claims.hookrun import HookProgress, HookRun, HookWorkers
-from drakit.plugin.claims.resourceclaim import ClaimError, RetryableClaimError
-from drakit.plugin.claims.singleflight import SingleFlight
+from drakit.plugin.claims.inflight import SingleFlight
+from drakit.plugin.claims.resourceclaim import ClaimError, Plan, RetryableClaimError, plan_claim
 from drakit.plugin.events import Events
 from drakit.plugin.slices.inventory import Inventory
 from drakit.plugin.types import PrepareResult
@@ -314,7 +315,7 @@ class Prepare:
             except Exception:
                 log.exception("writing AllocatedDeviceStatus failed", extra=log_context(ref))
 
-    # -- each claim's hooks on a worker of its own (drakit.plugin.claims.hookrun) ----------
+    # -- each claim's hooks on a worker of its own (drakit.plugin.claims.claimdevices) ----------
 
     def _hooks(self, plans: list[Plan], work: Callable[[Plan, HookProgress], Any],
                deadline: float, on_late: Callable[[Plan, HookRun], None]

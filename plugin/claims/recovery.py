@@ -24,7 +24,7 @@ from drakit.plugin.api.retry import call_deadline
 from drakit.plugin.claims.admission import drop_started
 from drakit.plugin.claims.checkpoint import Checkpoint, ClaimRecord
 from drakit.plugin.claims.claimdevices import ClaimDevices, SpecWriter, claim_ref
-from drakit.plugin.claims.singleflight import SingleFlight
+from drakit.plugin.claims.inflight import SingleFlight
 
 log = logging.getLogger("drakit.plugin.claims.node")
 

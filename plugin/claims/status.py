@@ -14,7 +14,7 @@ Writes happen on a background worker (latest desired state per claim wins; 409 a
 errors retry with capped backoff until the status holds, the claim is gone or replaced, or a
 newer state supersedes it: reconciled, not fire-and-forget), so prepare never waits on the
 API for status; ``flush`` waits for the queue to drain (tests, shutdown). With a
-:class:`drakit.plugin.claims.activity.KubeletCalls`, each write waits for a moment with no
+:class:`drakit.plugin.claims.inflight.KubeletCalls`, each write waits for a moment with no
 kubelet call in flight, at most ``defer_seconds`` after its claim was queued (so a burst of
 pod starts is not slowed by the status of the first pods).
 
@@ -43,8 +43,8 @@ from drakit.discovery.model import DeviceStatus, status_error_messages
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.api.retry import Backoff, ErrorKind, classify, describe
 from drakit.plugin.background import Supervisor
-from drakit.plugin.claims.activity import KubeletCalls
 from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.inflight import KubeletCalls
 from drakit.plugin.events import Events
 
 log = logging.getLogger(__name__)

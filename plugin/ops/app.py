@@ -24,11 +24,10 @@ from drakit.discovery.loader import (
     unused_config_sections,
 )
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
-from drakit.plugin.api.resourceapi import ResourceAPI, describe
-from drakit.plugin.api.retry import CLAIM_READS, DEFAULT_CALL_SECONDS, Deadline, call_with_retries
+from drakit.plugin.api.resourceapi import ClaimReader, ResourceAPI
 from drakit.plugin.background import Supervisor
-from drakit.plugin.claims.activity import KubeletCalls
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, CheckpointWriteError
+from drakit.plugin.claims.inflight import KubeletCalls
 from drakit.plugin.claims.node import NodeLogic
 from drakit.plugin.claims.orphans import NodePods, OrphanSweeper
 from drakit.plugin.claims.owedstatus import CheckpointLedger
@@ -109,42 +108,6 @@ def _private_dir(path: Path) -> None:
     if mode & 0o027:
         os.chmod(path, mode & ~0o027)
         log.info("data dir %s: mode %o -> %o", path, mode, mode & ~0o027)
-
-
-class ClaimReadError(RuntimeError):
-    """A ResourceClaim GET failed; the message is one line (HTTP status, reason, the API's
-    message), not the client's multi-line dump with headers. ``status`` is the HTTP status
-    (None for a connection error)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ClaimReader:
-    """GET ResourceClaims through :class:`ResourceAPI` (None for 404; other failures raise
-    :class:`ClaimReadError`), retried by :data:`drakit.plugin.api.retry.CLAIM_READS` until
-    ``deadline`` (monotonic seconds; default:
-    :data:`drakit.plugin.api.retry.DEFAULT_CALL_SECONDS` from now), each attempt's HTTP timeout
-    bounded by what is left."""
-
-    def __init__(self, api: ResourceAPI, request_timeout: float = 30.0) -> None:
-        self.api = api
-        self.request_timeout = request_timeout
-
-    def get_claim(self, namespace: str, name: str,
-                  deadline: float | None = None) -> dict[str, Any] | None:
-        dl = Deadline(deadline) if deadline is not None else Deadline.after(DEFAULT_CALL_SECONDS)
-        try:
-            return call_with_retries(
-                lambda: self.api.get_claim(namespace, name,
-                                           timeout=dl.timeout(self.request_timeout)),
-                CLAIM_READS, deadline=dl, what=f"GET ResourceClaim {namespace}/{name}")
-        except Exception as e:
-            status = getattr(e, "status", None)
-            if status == 404:
-                return None
-            raise ClaimReadError(describe(e), status) from e
 
 
 class App:

@@ -16,9 +16,9 @@ from drakit.cdi.spec import ContainerEdits
 from drakit.cdi.spec import Device as CDIDevice
 from drakit.cdi.store import SpecStore
 from drakit.discovery.plugin import DeviceRequest
+from drakit.plugin.api.resourceapi import ClaimReader
 from drakit.plugin.claims.checkpoint import Checkpoint, ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.claims.orphans import NodePods, OrphanSweeper
-from drakit.plugin.ops.app import ClaimReader
 from drakit.plugin.testing.apiserver import AllocatedDevice
 from drakit.plugin.testing.harness import DriverHarness
 

@@ -23,8 +23,7 @@ from drakit.plugin.claims.checkpoint import (
     PreparedDeviceRecord,
     UnpreparedRecord,
 )
-from drakit.plugin.claims.claimplan import Plan, PlanItem
-from drakit.plugin.claims.resourceclaim import AllocatedDevice
+from drakit.plugin.claims.resourceclaim import AllocatedDevice, Plan, PlanItem
 
 ME, OTHER = "me000000000000aa", "other0000000000b"
 NOW = 1_800_000_000.0

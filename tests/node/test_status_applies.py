@@ -11,8 +11,8 @@ import pytest
 from kubernetes.client import ApiException
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims.activity import KubeletCalls
 from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.inflight import KubeletCalls
 from drakit.plugin.claims.status import StatusWriter
 
 DRIVER = "drv.example.com"

@@ -10,8 +10,8 @@ from typing import Any
 from urllib3.exceptions import ProtocolError
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims.activity import KubeletCalls
 from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
+from drakit.plugin.claims.inflight import KubeletCalls
 from drakit.plugin.claims.status import StatusWriter
 
 

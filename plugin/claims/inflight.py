@@ -1,17 +1,27 @@
-"""Single flight of claims: one claim UID is prepared or unprepared by one kubelet call at a
-time in this process; a second caller waits for the first and may take its answer.
+"""The kubelet calls in flight in this process.
 
-A flight carries the deadline of the call that runs it (``time.monotonic()`` seconds). A
-result set after that deadline is *stale*: the caller it was for had given up, so a waiter
-does not take it and runs the claim afresh (the kubelet
-retries a call whose deadline passed: pkg/kubelet/cm/dra/manager.go).
+Single flight of claims (:class:`SingleFlight`): one claim UID is prepared or unprepared by
+one kubelet call at a time; a second caller waits for the first and may take its answer. A
+flight carries the deadline of the call that runs it (``time.monotonic()`` seconds). A result
+set after that deadline is *stale*: the caller it was for had given up, so a waiter does not
+take it and runs the claim afresh (the kubelet retries a call whose deadline passed:
+pkg/kubelet/cm/dra/manager.go).
+
+The calls in flight, so background work can give way to them (:class:`KubeletCalls`): the
+agent runs under one interpreter lock, and a background AllocatedDeviceStatus write (an HTTP
+request, JSON in and out) running while the kubelet waits on NodePrepareResources competes
+with it for that lock and adds its CPU time to the call's latency. Status is not on the
+pod-start path (the kubelet never waits for it), so its writer waits for a moment with no
+kubelet call in flight, bounded so status is never starved: see
+:meth:`KubeletCalls.wait_quiet`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -30,7 +40,7 @@ class Flight:
         self.deadline = deadline
         self.stale = False
         #: What a waiter whose deadline comes first is told (a hook still running past its
-        #: call's deadline: :mod:`drakit.plugin.claims.hookrun`); None: the general answer.
+        #: call's deadline: :mod:`drakit.plugin.claims.claimdevices`); None: the general answer.
         self.note: Callable[[], str] | None = None
 
 
@@ -96,3 +106,35 @@ class SingleFlight:
             with self._lock:
                 self._waiters -= 1
         return (False, None) if flight.stale else (True, got)
+
+
+class KubeletCalls:
+    """Counts NodePrepareResources / NodeUnprepareResources calls in flight (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """Wrap one kubelet call."""
+        with self._cond:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._cond.notify_all()
+
+    def wait_quiet(self, deadline: float) -> bool:
+        """Block until no call is in flight or ``time.monotonic()`` reaches ``deadline``.
+        Returns True when quiet, False when the deadline passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._in_flight,
+                                       max(0.0, deadline - time.monotonic()))
