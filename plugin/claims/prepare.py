@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from drakit.discovery.plugin import ClaimRef, PreparedDevice
@@ -116,6 +117,15 @@ class Reservations:
     def of(self, uids: Collection[str]) -> dict[str, str]:
         with self._lock:
             return {uid: self._seen[uid] for uid in uids if uid in self._seen}
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the admission write decided (:meth:`Prepare._admit`): the ``admission``, and
+    ``failed``: claim UID → error of each claim whose CDI spec could not be written in it."""
+
+    admission: Admission
+    failed: dict[str, str]
 
 
 class Prepare:
@@ -214,30 +224,29 @@ class Prepare:
         return plan_claim(ref, claim, self.driver_name, self.inventory)
 
     def _admit(self, state: CheckpointState, plans: list[Plan], owner: str,
-               pure: dict[str, list[PreparedDevice]], early: dict[str, ClaimRecord],
-               errors: dict[str, str]) -> Admission:
+               pure: dict[str, list[PreparedDevice]]) -> Admitted:
         """The checkpoint change of admission: decide; write the CDI specs of the admitted
         claims without a prepare hook that changes the node (``pure``: their hooks' outputs,
-        computed before the lock; ``early``: their started records; ``errors``: those that
-        failed); record the others ``PrepareStarted`` and those ``PrepareCompleted``."""
+        computed before the lock) and record them ``PrepareCompleted``; record the others
+        ``PrepareStarted``. Returns the admission and the error of each claim whose spec
+        could not be written (no record for it)."""
         got = admit(state.claims, state.unprepared, plans, owner,
                     self.checkpoint.owner_alive, time.time(), self._holders)
+        failed: dict[str, str] = {}
         for p in plans:
             started = got.started.get(p.ref.uid)
             if started is None or p.ref.uid not in pure:
                 continue
             del got.started[p.ref.uid]
-            early[p.ref.uid] = started
             try:
                 got.prepared[p.ref.uid] = self._prepared(p, started, pure[p.ref.uid])
             except Exception as e:
-                errors[p.ref.uid] = _failure(p, e)
+                failed[p.ref.uid] = _failure(p, e)
         record(state, got)
-        return got
+        return Admitted(got, failed)
 
     def _run_plans(self, plans: list[Plan],
                    deadline: float) -> tuple[dict[str, PrepareResult], set[str]]:
-        early: dict[str, ClaimRecord] = {}
         errors: dict[str, str] = {}
         pure: dict[str, list[PreparedDevice]] = {}
         # hooks that change nothing on the node run before the lock, each claim's on a
@@ -257,14 +266,16 @@ class Prepare:
             return _failed(errors, causes) | still, set(late)
         try:
             owner = self.checkpoint.owner
-            adm = self.checkpoint.update_state(
-                lambda s: self._admit(s, plans, owner, pure, early, errors))
+            admitted = self.checkpoint.update_state(
+                lambda s: self._admit(s, plans, owner, pure))
         except CheckpointError as e:
             msg = checkpoint_failed(self.events, e)
-            self._undo_unrecorded(early)
+            self._undo_unrecorded([p.ref for p in plans if p.ref.uid in pure])
             # the claims whose hook failed before the write keep their own error
             return (_failed(errors, causes) | still
                     | {p.ref.uid: PrepareResult(error=msg) for p in plans}, set(late))
+        adm = admitted.admission
+        errors |= admitted.failed
         for p in plans:  # the claims as this call saw them, for a later unprepare's mark
             self.reservations.remember(p.ref.uid, p.reservations)
         results = {uid: PrepareResult(error=err) for uid, err in adm.refused.items()}
@@ -401,20 +412,21 @@ class Prepare:
             rec = rec.model_copy(update={"status_owed": True})
         return rec
 
-    def _undo_unrecorded(self, early: dict[str, ClaimRecord]) -> None:
-        """After a failed admission write: remove the CDI specs written for ``early``
-        claims, under the file lock and only while no record names the claim (another
-        instance may have prepared it meanwhile)."""
-        if not early:
+    def _undo_unrecorded(self, refs: list[ClaimRef]) -> None:
+        """After a failed admission write: remove the CDI specs that write may have written
+        for ``refs`` (claims without a prepare hook that changes the node), under the file
+        lock and only while no record names the claim (another instance may have prepared it
+        meanwhile; under the lock no spec of such a claim is half-way to its record)."""
+        if not refs:
             return
         try:
             with self.checkpoint.locked() as state:
-                for uid, rec in early.items():
-                    if uid not in state.claims:
-                        self.devices.rollback(claim_ref(rec), [])
+                for ref in refs:
+                    if ref.uid not in state.claims:
+                        self.devices.rollback(ref, [])
         except CheckpointError:
             log.error("CDI specs of %d claim(s) not recorded are left for the orphan sweep",
-                      len(early))
+                      len(refs))
 
 
 def _bind_work(work: Callable[[Plan, HookProgress], Any],

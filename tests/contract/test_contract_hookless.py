@@ -250,3 +250,31 @@ def test_a_failed_admission_write_keeps_the_hook_errors_of_the_same_call(
     assert "disk full" in res[uid_of(good)].error
     monkeypatch.undo()
     assert h.cdi_files() == [] and h.app.checkpoint.claims() == {}
+
+
+def test_a_failed_admission_write_removes_the_specs_it_wrote(
+        harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The admission change wrote the claims' CDI specs (under the file lock), then the disk
+    refused the record: the call answers the checkpoint's error for every claim and no spec
+    is left without a record; once the disk heals the retry prepares them."""
+    from drakit.plugin.claims import checkpoint, checkpointlog
+
+    h = harness_factory(plugins=[NoHookPlugin()])
+    first, second = h.allocate("c1", [(POOL, "d0")]), h.allocate("c2", [(POOL, "d1")])
+    written: list[list[str]] = []
+
+    def full(*_a: Any, **_k: Any) -> None:
+        written.append([p.name for p in h.cdi_files()])  # what the change had written
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(checkpointlog, "append", full)
+    monkeypatch.setattr(checkpoint, "atomic_write", full)
+    res = h.prepare(first, second)
+    assert all("no space left on device" in r.error for r in res.values()), res
+    assert written and len(written[0]) == 2, written  # the specs existed before the write
+    assert h.cdi_files() == [] and h.app.checkpoint.claims() == {}
+    monkeypatch.undo()
+    res = h.prepare(first, second)
+    assert all(not r.error for r in res.values()), res
+    assert len(h.cdi_files()) == 2
+    assert not check_invariants(h.checkpoint_path, h.cdi_dir, {uid_of(first), uid_of(second)})
