@@ -9,6 +9,10 @@ The example plugin declares that its prepare changes nothing on the node
 (``prepare_changes_node = False``); here it is made a hook that does, so the two-write path
 (``PrepareStarted``, then ``PrepareCompleted``) is the one crashed, unless
 ``DRAKIT_CRASH_WITHOUT_PREPARE_HOOK=1`` keeps the declaration (the one-write path).
+``DRAKIT_CRASH_HANG=<rate>:<seconds>`` makes that fraction of the example plugin's prepare
+hooks hang for that long (longer than the kubelet call's deadline: the call answers that the
+hook is still running, and the hook's late end is recorded or rolled back, or a kill finds it
+hanging).
 Usage: the arguments of ``drakit run`` (``python crash_agent.py run --driver-name ...``).
 """
 
@@ -19,6 +23,7 @@ import os
 import random
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +33,7 @@ from drakit.plugin.ops import cli
 
 CRASH_ENV = "DRAKIT_CRASH_POINT"
 WITHOUT_HOOK_ENV = "DRAKIT_CRASH_WITHOUT_PREPARE_HOOK"
+HANG_ENV = "DRAKIT_CRASH_HANG"
 log = logging.getLogger("crash_agent")
 
 
@@ -64,6 +70,32 @@ def crash_hook(points: dict[str, float]) -> Callable[[str], None]:
     return crash
 
 
+def parse_hang(value: str | None) -> tuple[float, float] | None:
+    """``"0.3:4"`` → (rate, seconds); None when unset. Raises ValueError naming the variable."""
+    if not value:
+        return None
+    rate, _, seconds = value.partition(":")
+    try:
+        r, sec = float(rate), float(seconds)
+    except ValueError:
+        raise ValueError(f"{HANG_ENV}: {value!r}: want <rate>:<seconds>") from None
+    if not 0.0 <= r <= 1.0 or sec <= 0:
+        raise ValueError(f"{HANG_ENV}: {value!r}: rate in [0, 1], seconds > 0")
+    return r, sec
+
+
+def hanging(prepare: Callable[[Any, Any], Any], rate: float,
+            seconds: float) -> Callable[[Any, Any], Any]:
+    """``prepare`` that first hangs for ``seconds`` with probability ``rate``."""
+    def run(self: Any, request: Any) -> Any:
+        if random.random() < rate:
+            log.warning("fault injection: prepare hook hangs %.1fs for %s", seconds,
+                        request.device.name)
+            time.sleep(seconds)
+        return prepare(self, request)
+    return run
+
+
 def main(argv: list[str]) -> int:
     from drakit.discovery.builtin.example import ExampleDiscovery
 
@@ -72,6 +104,9 @@ def main(argv: list[str]) -> int:
     # path (PrepareStarted, then PrepareCompleted) is what gets killed; with the variable set
     # the one-write path is.
     ExampleDiscovery.prepare_changes_node = os.environ.get(WITHOUT_HOOK_ENV) != "1"  # type: ignore[misc]
+    hang = parse_hang(os.environ.get(HANG_ENV))
+    if hang is not None:
+        ExampleDiscovery.prepare = hanging(ExampleDiscovery.prepare, *hang)  # type: ignore[method-assign]
     spec = os.environ.get(CRASH_ENV)
     points = parse_crash_points(spec)
     if points:

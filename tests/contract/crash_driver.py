@@ -9,12 +9,21 @@ b. every checkpoint entry has its CDI file;
 c. no CDI file of this driver without a checkpoint entry (after the start-up sweep);
 d. no device recorded for two claims.
 
+With ``--status-fault-rate`` the API server answers that share of the AllocatedDeviceStatus
+PATCHes with 500 for the whole run, kills included; at the end the faults stop and one more
+invariant is checked twice (e): every claim prepared has its status entry on the server
+within :data:`STATUS_SETTLE_SECONDS`, and once all are unprepared, no claim keeps one. With
+``--hang-rate`` that share of the prepare hooks hangs past the call's deadline
+(crash_agent.py, ``DRAKIT_CRASH_HANG``), the calls get a shorter deadline
+(:data:`HANG_CALL_TIMEOUT`), and half the random kills land anywhere in a call (so some find
+a hook hanging) instead of in its first 60 ms.
+
 Usage::
 
     python tests/contract/crash_driver.py --cycles 500 [--seed N] [--time-limit SECONDS]
 
-prints progress and finally ``violations: a / b / c / d`` (goal 0 / 0 / 0 / 0) with the
-number of kills. Exit status 0 when there was no violation, 1 otherwise.
+prints progress and finally ``violations: a / b / c / d, status e`` (goal 0 / 0 / 0 / 0, 0) with
+the number of kills. Exit status 0 when there was no violation, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -36,14 +45,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contract_helpers import DRIVER, Violations, check_invariants
-from crash_agent import WITHOUT_HOOK_ENV
+from crash_agent import HANG_ENV, WITHOUT_HOOK_ENV
 
 from drakit.plugin.claims.node import CRASH_POINTS
+from drakit.plugin.testing.apiserver import FaultPlan
 from drakit.plugin.testing.harness import DriverHarness
 from drakit.plugin.testing.kubelet import KubeletCallError, KubeletCheckError
 
 POINTS = CRASH_POINTS
 CALL_TIMEOUT = 10.0
+#: The kubelet call's timeout when hooks hang (each hang costs a call this long).
+HANG_CALL_TIMEOUT = 2.5
+HANG_SECONDS = 3.5
+#: How long the status of every claim may take to settle once the API server heals.
+STATUS_SETTLE_SECONDS = 30.0
 POOL = "node-1"
 
 
@@ -79,22 +94,31 @@ class Report:
     unprepared: int = 0
     refusals: int = 0
     violations: Violations = field(default_factory=Violations)
+    #: claims whose AllocatedDeviceStatus did not settle once the API healed (invariant e)
+    status_violations: list[str] = field(default_factory=list)
+    still_running: int = 0
+    status_faults: int = 0
     temp_files_left: int = 0
     seconds: float = 0.0
 
+    def __bool__(self) -> bool:
+        """True when an invariant was violated."""
+        return bool(self.violations) or bool(self.status_violations)
+
     def line(self) -> str:
         a, b, c, d = self.violations.counts()
-        return f"violations: {a} / {b} / {c} / {d}"
+        return f"violations: {a} / {b} / {c} / {d}, status {len(self.status_violations)}"
 
     def summary(self) -> str:
         return (
             f"{self.line()}  (a kubelet-prepared claim missing / entry without CDI file / "
-            f"CDI file without entry / device prepared for two claims)\n"
+            f"CDI file without entry / device prepared for two claims, status not settled)\n"
             f"cycles {self.cycles}, invariant checks {self.checks}, restarts {self.restarts}, "
             f"random SIGKILLs {self.random_kills}, injected crashes "
             f"{sum(self.injected_crashes.values())} {dict(sorted(self.injected_crashes.items()))}, "
             f"claims prepared {self.prepared}, unprepared {self.unprepared}, "
-            f"retryable refusals {self.refusals}, temp files left at the end "
+            f"retryable refusals {self.refusals} ({self.still_running} hooks still running), "
+            f"status PATCHes answered 500 {self.status_faults}, temp files left at the end "
             f"{self.temp_files_left}, {self.seconds:.0f}s"
         )
 
@@ -104,8 +128,13 @@ class CrashDriver:
 
     def __init__(self, root: Path, seed: int, devices: int = 6, kill_rate: float = 0.2,
                  arm_rate: float = 0.6, log: Callable[[str], None] = print,
-                 kill_first_cycle: bool = False, without_prepare_hook: bool = False) -> None:
+                 kill_first_cycle: bool = False, without_prepare_hook: bool = False,
+                 hang_rate: float = 0.0, status_fault_rate: float = 0.0) -> None:
         self.rng = random.Random(seed)
+        self.seed = seed
+        self.hang_rate = hang_rate
+        self.status_fault_rate = status_fault_rate
+        self.call_timeout = HANG_CALL_TIMEOUT if hang_rate else CALL_TIMEOUT
         self.kill_rate = kill_rate
         self.arm_rate = arm_rate
         self.kill_first_cycle = kill_first_cycle
@@ -118,6 +147,8 @@ class CrashDriver:
         self.h.agent_command = crash_agent_command()
         if without_prepare_hook:
             self.h.env[WITHOUT_HOOK_ENV] = "1"
+        if hang_rate:
+            self.h.env[HANG_ENV] = f"{hang_rate}:{HANG_SECONDS}"
         self.claims: dict[str, Claim] = {}
         self.report = Report()
         self._killed_by_us = False
@@ -159,7 +190,8 @@ class CrashDriver:
                 self.report.random_kills += 1
                 os.kill(proc.pid, signal.SIGKILL)
 
-        timer = threading.Timer(self.rng.uniform(0.0, 0.06), kill)
+        late = self.hang_rate > 0 and self.rng.random() < 0.5
+        timer = threading.Timer(self.rng.uniform(0.0, self.call_timeout if late else 0.06), kill)
         timer.start()
         return timer
 
@@ -204,7 +236,7 @@ class CrashDriver:
         if not claims:
             return
         res = self.h.kubelet.node_unprepare_resources(
-            DRIVER, [c.ref for c in claims], timeout=CALL_TIMEOUT)
+            DRIVER, [c.ref for c in claims], timeout=self.call_timeout)
         for c in claims:
             if res.get(c.uid) == "":
                 c.state = "done"
@@ -214,7 +246,7 @@ class CrashDriver:
         if not claims:
             return
         res = self.h.kubelet.node_prepare_resources(
-            DRIVER, [c.ref for c in claims], timeout=CALL_TIMEOUT)
+            DRIVER, [c.ref for c in claims], timeout=self.call_timeout)
         for c in claims:
             r = res.get(c.uid)
             if r is not None and not r.error:
@@ -222,10 +254,11 @@ class CrashDriver:
                 self.report.prepared += 1
             elif r is not None:
                 self.report.refusals += 1
+                self.report.still_running += "still running" in r.error
 
     def _quiesce(self) -> None:
         """Restart the agent if needed and retry until every call went through."""
-        for _ in range(50):
+        for _ in range(80 if self.hang_rate else 50):
             if self._dead():
                 self._restart()
             if self._calls():
@@ -240,7 +273,7 @@ class CrashDriver:
                     self.h.process.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     time.sleep(0.2)
-        raise RuntimeError("pending calls did not settle after 50 rounds")
+        raise RuntimeError("pending calls did not settle")
 
     def _check(self) -> None:
         believed = {c.uid for c in self.claims.values() if c.state == "prepared"}
@@ -249,6 +282,33 @@ class CrashDriver:
         if v:
             self.log(f"cycle {self.report.cycles}: VIOLATION {v}")
             self.report.violations.add(v)
+
+    def _status_entries(self) -> dict[str, set[str]]:
+        """claim UID → the devices of this driver in its ``status.devices`` (the claims that
+        still exist on the server)."""
+        out: dict[str, set[str]] = {}
+        for c in self.claims.values():
+            m = c.obj["metadata"]
+            got = self.h.apiserver.get_object("resourceclaims", m["name"], m["namespace"])
+            if got is not None:
+                out[c.uid] = {d.get("device", "") for d in
+                              (got.get("status") or {}).get("devices") or []
+                              if d.get("driver") == DRIVER}
+        return out
+
+    def _check_status(self, prepared: bool) -> None:
+        """Invariant e, with the API healed: within :data:`STATUS_SETTLE_SECONDS` every
+        existing claim has its device's entry (``prepared``) or none (not ``prepared``)."""
+        def wrong() -> list[str]:
+            return sorted(uid for uid, devices in self._status_entries().items()
+                          if devices != ({self.claims[uid].device} if prepared else set()))
+
+        deadline = time.monotonic() + STATUS_SETTLE_SECONDS
+        while (bad := wrong()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if bad:
+            self.log(f"status not settled ({'applied' if prepared else 'removed'}): {bad}")
+            self.report.status_violations += bad
 
     def cycle(self) -> None:
         prepared = [c for c in self.claims.values() if c.state == "prepared"]
@@ -275,6 +335,10 @@ class CrashDriver:
         started = time.monotonic()
         self._arm()
         self.h.start(wait=60)
+        if self.status_fault_rate:
+            self.h.apiserver.set_faults(FaultPlan(
+                error_rate=self.status_fault_rate, seed=self.seed, verbs=frozenset({"patch"}),
+                resources=frozenset({"resourceclaims/status"})))
         try:
             for i in range(cycles):
                 if time_limit is not None and time.monotonic() - started > time_limit:
@@ -285,12 +349,19 @@ class CrashDriver:
                     self.log(f"{i + 1} cycles, {self.report.line()}, "
                              f"restarts {self.report.restarts}")
             # Finally unprepare everything and check the node is clean.
+            if self.status_fault_rate:
+                self.report.status_faults = self.h.apiserver.faults_injected
+                self.h.apiserver.set_faults(None)
+                self._check_status(prepared=True)
             for c in self.claims.values():
                 if c.state == "prepared":
                     c.state = "pending-unprepare"
             self.h.env.pop("DRAKIT_CRASH_POINT", None)
+            self.h.env.pop(HANG_ENV, None)
             self._quiesce()
             self._check()
+            if self.status_fault_rate:
+                self._check_status(prepared=False)
             self.report.temp_files_left = sum(
                 len(list(d.glob(".*.tmp"))) for d in (self.h.cdi_dir, self.h.data_dir))
         finally:
@@ -311,13 +382,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-limit", type=float, default=None, help="stop after SECONDS")
     p.add_argument("--without-prepare-hook", action="store_true",
                    help="the example plugin without its prepare hook (one checkpoint write)")
+    p.add_argument("--hang-rate", type=float, default=0.0,
+                   help=f"share of prepare hooks that hang {HANG_SECONDS}s, past the call's "
+                        f"deadline ({HANG_CALL_TIMEOUT}s then)")
+    p.add_argument("--status-fault-rate", type=float, default=0.0,
+                   help="share of AllocatedDeviceStatus PATCHes answered 500")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="drakit-crash-") as root:
         driver = CrashDriver(Path(root), args.seed, args.devices, args.kill_rate, args.arm_rate,
-                             without_prepare_hook=args.without_prepare_hook)
+                             without_prepare_hook=args.without_prepare_hook,
+                             hang_rate=args.hang_rate,
+                             status_fault_rate=args.status_fault_rate)
         report = driver.run(args.cycles, args.time_limit)
     print(report.summary(), flush=True)
-    return 1 if report.violations else 0
+    return 1 if report else 0
 
 
 if __name__ == "__main__":

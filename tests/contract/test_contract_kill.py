@@ -89,3 +89,38 @@ def test_crash_driver_short_run(tmp_path: Path) -> None:
     assert report.prepared > 0 and report.unprepared > 0
     assert report.checks >= report.cycles
     assert not report.violations, (report.summary(), lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without_prepare_hook", [False, True], ids=["two-writes", "one-write"])
+def test_crash_driver_with_hanging_hooks_and_status_faults(
+        tmp_path: Path, without_prepare_hook: bool) -> None:
+    """Issue 30: kills around prepare hooks that hang past the call's deadline and around
+    AllocatedDeviceStatus PATCHes answered 500: the invariants hold at every quiet point,
+    and once the API heals every claim's status settles (applied while prepared, removed
+    after)."""
+    lines: list[str] = []
+    driver = CrashDriver(tmp_path / "crash", seed=11, kill_rate=0.4, arm_rate=0.5,
+                         log=lines.append, kill_first_cycle=True,
+                         without_prepare_hook=without_prepare_hook,
+                         hang_rate=0.4, status_fault_rate=0.5)
+    report = driver.run(cycles=12, time_limit=60)
+    assert report.random_kills >= 1 and report.still_running >= 1, report.summary()
+    assert report.status_faults >= 1, report.summary()
+    assert report.prepared > 0 and report.unprepared > 0
+    assert not report, (report.summary(), lines)
+
+
+@pytest.mark.slow
+def test_the_status_invariant_sees_a_status_never_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of invariant e is not blind: an agent that never writes status
+    (``--no-device-status``) fails it for the claims prepared."""
+    import crash_driver
+
+    monkeypatch.setattr(crash_driver, "STATUS_SETTLE_SECONDS", 2.0)
+    driver = CrashDriver(tmp_path / "crash", seed=5, kill_rate=0.0, arm_rate=0.0,
+                         log=lambda _line: None, status_fault_rate=0.3)
+    driver.h.extra_args = ["--no-device-status"]
+    report = driver.run(cycles=3)
+    assert report.status_violations and not report.violations, report.summary()
