@@ -13,6 +13,14 @@ Before a file is written its spec is compacted, its device nodes filled from the
 a qualified device name already defined by another file in the directory is refused
 (runtimes drop such a device entirely: pkg/cdi/cache.go, conflicting devices). A spec
 with zero devices is never written: the claim's file is removed instead.
+
+The conflict check keeps what it read of the directory and reads again only what changed.
+By default it lists the directory at every write (one file per prepared claim: the cost
+grows with the claims held). A store with ``claim_scoped_names`` (every device name begins
+with its claim's UID, as drakit's agent names them) need never read its own files, since no
+other claim's file can define such a name: it reads only the other files of the directory,
+and learns which changed from inotify (:class:`drakit.cdi.dirwatch.DirWatch`), so a write's
+cost does not grow with the claims held (bench/README.md, "claims held").
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 import yaml
 
 from drakit.cdi.atomic import atomic_write, remove_durably
+from drakit.cdi.dirwatch import DirWatch
 from drakit.cdi.errors import CDINameError, SpecConflictError
 from drakit.cdi.hostnodes import HostNodes
 from drakit.cdi.names import validate_claim_uid, validate_class, validate_vendor
@@ -57,6 +66,17 @@ def _stamp_of(entry: os.DirEntry[str]) -> _Stamp | None:
     anything else or a file that vanished."""
     try:
         st = entry.stat(follow_symlinks=True)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
+def _stamp_of_path(path: Path) -> _Stamp | None:
+    """:func:`_stamp_of` for a path."""
+    try:
+        st = os.stat(path)
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
@@ -101,8 +121,12 @@ class SpecStore:
     ``max_version`` caps the cdiVersion (e.g. ``"0.5.0"`` for podman 4.3); None means no
     cap. ``host_root`` is where the host's ``/`` is visible for filling device nodes
     (None: never stat, nodes are written as given); ``dev_root`` where the host's ``/dev``
-    is (see :class:`~drakit.cdi.hostnodes.HostNodes`). Raises :class:`CDINameError` for bad
-    vendor/class and :class:`drakit.cdi.errors.CDIVersionError` for an unknown ``max_version``.
+    is (see :class:`~drakit.cdi.hostnodes.HostNodes`). ``claim_scoped_names``: every device
+    name this store writes begins with its claim UID and ``-`` (:meth:`write` refuses others
+    with :class:`CDINameError`); the conflict check then never reads this store's own files
+    and follows the others through inotify (see the module docstring). Raises
+    :class:`CDINameError` for bad vendor/class and :class:`drakit.cdi.errors.CDIVersionError`
+    for an unknown ``max_version``.
     """
 
     def __init__(
@@ -113,8 +137,12 @@ class SpecStore:
         max_version: str | None = None,
         host_root: str | os.PathLike[str] | None = "/",
         dev_root: str | os.PathLike[str] | None = None,
+        claim_scoped_names: bool = False,
     ) -> None:
         self.root_dir = Path(root_dir)
+        self.claim_scoped_names = claim_scoped_names
+        # claim-scoped: which entries changed since the last conflict check (else: list all)
+        self._watch = DirWatch(self.root_dir) if claim_scoped_names else None
         self.vendor = validate_vendor(vendor)
         self.cls = validate_class(cls)
         if max_version is not None:
@@ -205,6 +233,12 @@ class SpecStore:
         if not devices:
             self.remove(claim_uid)
             return []
+        if self.claim_scoped_names:
+            for d in devices:
+                if not d.name.startswith(f"{claim_uid}-"):
+                    raise CDINameError(
+                        f"CDI device name {d.name!r} of claim {claim_uid}: this store's names "
+                        "begin with the claim UID and '-' (claim_scoped_names)")
         spec = self.build(devices, spec_edits, annotations)
         ids = [self.qualified_name(d.name) for d in spec.devices]
         # Compact: json's C encoder (an indent selects its pure-Python one, ~3x the CPU of
@@ -230,7 +264,7 @@ class SpecStore:
             # Known without a stat or a parse at the next scan (a replacement by another
             # writer since the rename has another inode and is read then).
             key = (path.name, written.st_ino)
-            if key not in self._files:
+            if key not in self._files and not self.claim_scoped_names:
                 self._add(key, None, names)
         log.debug("wrote CDI spec %s (cdiVersion %s, %d devices)", path, spec.cdi_version, len(ids))
         return ids
@@ -291,11 +325,22 @@ class SpecStore:
                 self._refuse(names.intersection(pending), str(self.root_dir / file_name))
 
     def _rescan(self) -> None:
-        """Bring the listing cache and the device-name index up to date with the directory."""
+        """Bring the listing cache and the device-name index up to date with the directory:
+        with claim-scoped names only the entries inotify saw change (all of them when it
+        cannot say), else the whole listing."""
+        if self._watch is not None:
+            changed = self._watch.changed()
+            if changed is not None:
+                for name in changed:
+                    if name.endswith(SPEC_FILE_EXTENSIONS) and not self._is_own_name(name):
+                        self._read_again(name)
+                self._restat_stamped()
+                return
         try:
             with os.scandir(self.root_dir) as it:
                 listing = {
                     (e.name, e.inode()): e for e in it if e.name.endswith(SPEC_FILE_EXTENSIONS)
+                    and not (self.claim_scoped_names and self._is_own_name(e.name))
                 }
         except FileNotFoundError:
             listing = {}
@@ -310,17 +355,44 @@ class SpecStore:
                 self._forget(key)
                 self._learn(key, listing[key])
 
+    def _is_own_name(self, name: str) -> bool:
+        return name.startswith(self.file_prefix) and name.endswith(".json")
+
     def _learn(self, key: tuple[str, int], entry: os.DirEntry[str]) -> None:
         name = key[0]
         stamp = _stamp_of(entry)
-        devices: frozenset[str] = frozenset()
-        if stamp is not None:
-            summary = read_spec_summary(Path(entry.path))
-            if summary is not None and summary[0] == self.kind:
-                devices = frozenset(summary[1])
-        own = (name.startswith(self.file_prefix) and name.endswith(".json")
-               and not entry.is_symlink())
-        self._add(key, stamp, devices, stamped=not own)
+        devices = self._devices_of(Path(entry.path)) if stamp is not None else frozenset()
+        own = self._is_own_name(name) and not entry.is_symlink()
+        # Followed through inotify, only a link needs its stamp checked: its target may be
+        # edited outside the directory.
+        stamped = entry.is_symlink() if self._watch is not None else not own
+        self._add(key, stamp, devices, stamped=stamped)
+
+    def _devices_of(self, path: Path) -> frozenset[str]:
+        summary = read_spec_summary(path)
+        if summary is not None and summary[0] == self.kind:
+            return frozenset(summary[1])
+        return frozenset()
+
+    def _read_again(self, name: str) -> None:
+        """Forget what was read of the entry ``name`` and read it again (inotify saw it
+        change; it may be gone)."""
+        for key in [k for k in self._files if k[0] == name]:
+            self._forget(key)
+        path = self.root_dir / name
+        try:
+            link = os.lstat(path)
+        except OSError:
+            return
+        stamp = _stamp_of_path(path)
+        devices = self._devices_of(path) if stamp is not None else frozenset()
+        self._add((name, link.st_ino), stamp, devices, stamped=stat.S_ISLNK(link.st_mode))
+
+    def _restat_stamped(self) -> None:
+        """Read again the stamped entries whose stat stamp changed."""
+        for key in list(self._stamped):
+            if _stamp_of_path(self.root_dir / key[0]) != self._files[key][0]:
+                self._read_again(key[0])
 
     def _add(self, key: tuple[str, int], stamp: _Stamp | None, devices: frozenset[str],
              stamped: bool = False) -> None:

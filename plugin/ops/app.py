@@ -141,6 +141,8 @@ class App:
         self.specs = SpecStore(
             s.cdi_root, s.driver_name, s.cdi_class, max_version=s.cdi_version_max,
             dev_root=None if s.dev_root == Path("/dev") else s.dev_root,
+            # every CDI device name is <claimUID>-<device> (claims.resourceclaim.cdi_device_name)
+            claim_scoped_names=True,
         )
         self.kubelet_calls = KubeletCalls()
         self.status = StatusWriter(
