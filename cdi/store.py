@@ -269,6 +269,15 @@ class SpecStore:
         log.debug("wrote CDI spec %s (cdiVersion %s, %d devices)", path, spec.cdi_version, len(ids))
         return ids
 
+    def close(self) -> None:
+        """Release the inotify descriptor of a store with claim-scoped names (one per store,
+        and a user has 128 by default: ``fs.inotify.max_user_instances``). The store stays
+        usable; its conflict check then lists the directory at every write."""
+        with self._lock:
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
+
     def ensure_ready(self) -> None:
         """Startup check: create ``root_dir`` (mode 0755) when missing and prove it is
         writable by creating and removing a temp file in it (a read-only or missing host

@@ -296,6 +296,7 @@ class App:
         if self.http is not None:
             self.http.stop()
         self.checkpoint.close()
+        self.specs.close()
 
     def _spawn(self, name: str, target: Any) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)

@@ -49,12 +49,12 @@ def test_names_must_begin_with_the_claim_uid(store: SpecStore) -> None:
 def test_foreign_files_appearing_changing_and_vanishing_are_seen(store: SpecStore) -> None:
     store.write(UIDS[0], [dev(UIDS[0])])  # the watch is set up at this first check
     path = _foreign(store, "static.json", f"{UIDS[1]}-gpu-0")
-    with pytest.raises(SpecConflictError, match="static.json"):
+    with pytest.raises(SpecConflictError, match=r"static\.json"):
         store.write(UIDS[1], [dev(UIDS[1])])
     # Rewritten in place, same size: inotify says it changed.
     path.write_text(path.read_text().replace(f"{UIDS[1]}-gpu-0", f"{UIDS[2]}-gpu-0"))
     assert store.write(UIDS[1], [dev(UIDS[1])])
-    with pytest.raises(SpecConflictError, match="static.json"):
+    with pytest.raises(SpecConflictError, match=r"static\.json"):
         store.write(UIDS[2], [dev(UIDS[2])])
     path.unlink()
     assert store.write(UIDS[2], [dev(UIDS[2])])
@@ -88,7 +88,7 @@ def test_a_replaced_directory_and_a_foreign_link_are_seen(store: SpecStore,
     store.root_dir.rename(tmp_path / "old")  # the watch is lost with it
     store.root_dir.mkdir()
     _foreign(store, "static.json", f"{UIDS[1]}-gpu-0")
-    with pytest.raises(SpecConflictError, match="static.json"):
+    with pytest.raises(SpecConflictError, match=r"static\.json"):
         store.write(UIDS[1], [dev(UIDS[1])])
     # A link's target edited outside the directory: no event here, its stamp tells.
     target = tmp_path / "target.json"
@@ -100,7 +100,7 @@ def test_a_replaced_directory_and_a_foreign_link_are_seen(store: SpecStore,
     target.write_text(target.read_text().replace("nobody", f"{UIDS[2]}-gpu-0"))
     st = target.stat()
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    with pytest.raises(SpecConflictError, match="link.json"):
+    with pytest.raises(SpecConflictError, match=r"link\.json"):
         store.write(UIDS[2], [dev(UIDS[2])])
 
 
@@ -115,3 +115,12 @@ def test_dirwatch_says_unknown_until_it_can_say(tmp_path: Path) -> None:
     (tmp_path / "d").rename(tmp_path / "e")
     assert watch.changed() is None
     watch.close()
+
+
+def test_a_closed_store_still_checks_by_listing(store: SpecStore) -> None:
+    store.write(UIDS[0], [dev(UIDS[0])])
+    store.write(UIDS[1], [dev(UIDS[1])])
+    store.close()
+    _foreign(store, "static.json", f"{UIDS[2]}-gpu-0")
+    with pytest.raises(SpecConflictError, match=r"static\.json"):
+        store.write(UIDS[2], [dev(UIDS[2])])
