@@ -61,22 +61,11 @@ FILE_NAME_MAX_BYTES = 255
 _Stamp = tuple[int, int, int, int, int]
 
 
-def _stamp_of(entry: os.DirEntry[str]) -> _Stamp | None:
-    """(device, inode, mtime, ctime, size) of a regular file (symlinks followed); None for
-    anything else or a file that vanished."""
+def _stamp_of(entry: os.DirEntry[str] | Path) -> _Stamp | None:
+    """(device, inode, mtime, ctime, size) of a regular file (a directory entry or a path;
+    symlinks followed); None for anything else or a file that vanished."""
     try:
-        st = entry.stat(follow_symlinks=True)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
-
-
-def _stamp_of_path(path: Path) -> _Stamp | None:
-    """:func:`_stamp_of` for a path."""
-    try:
-        st = os.stat(path)
+        st = entry.stat()  # both follow symlinks
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
@@ -393,14 +382,14 @@ class SpecStore:
             link = os.lstat(path)
         except OSError:
             return
-        stamp = _stamp_of_path(path)
+        stamp = _stamp_of(path)
         devices = self._devices_of(path) if stamp is not None else frozenset()
         self._add((name, link.st_ino), stamp, devices, stamped=stat.S_ISLNK(link.st_mode))
 
     def _restat_stamped(self) -> None:
         """Read again the stamped entries whose stat stamp changed."""
         for key in list(self._stamped):
-            if _stamp_of_path(self.root_dir / key[0]) != self._files[key][0]:
+            if _stamp_of(self.root_dir / key[0]) != self._files[key][0]:
                 self._read_again(key[0])
 
     def _add(self, key: tuple[str, int], stamp: _Stamp | None, devices: frozenset[str],
