@@ -11,8 +11,9 @@ d. no device recorded for two claims.
 
 With ``--status-fault-rate`` the API server answers that share of the AllocatedDeviceStatus
 PATCHes with 500 for the whole run, kills included; at the end the faults stop and one more
-invariant is checked twice (e): every claim prepared has its status entry on the server
-within :data:`STATUS_SETTLE_SECONDS`, and once all are unprepared, no claim keeps one. With
+invariant is checked (e): every claim prepared has its status entry on the server within
+:data:`STATUS_SETTLE_SECONDS` (every :data:`STATUS_CHECK_EVERY` cycles the faults stop for
+the check, then go on), and once all are unprepared at the end, no claim keeps one. With
 ``--hang-rate`` that share of the prepare hooks hangs past the call's deadline
 (crash_agent.py, ``DRAKIT_CRASH_HANG``), the calls get a shorter deadline
 (:data:`HANG_CALL_TIMEOUT`), and half the random kills land anywhere in a call (so some find
@@ -57,8 +58,12 @@ CALL_TIMEOUT = 10.0
 #: The kubelet call's timeout when hooks hang (each hang costs a call this long).
 HANG_CALL_TIMEOUT = 2.5
 HANG_SECONDS = 3.5
-#: How long the status of every claim may take to settle once the API server heals.
-STATUS_SETTLE_SECONDS = 30.0
+#: How long the status of every claim may take to settle once the API server heals: longer
+#: than the status writer's longest wait between attempts (StatusWriter max_retry_seconds
+#: 30 s, jitter ±50 %: 45 s).
+STATUS_SETTLE_SECONDS = 60.0
+#: Cycles between the checks of invariant e (the API healed for the check, then faulty again).
+STATUS_CHECK_EVERY = 25
 POOL = "node-1"
 
 
@@ -283,6 +288,16 @@ class CrashDriver:
             self.log(f"cycle {self.report.cycles}: VIOLATION {v}")
             self.report.violations.add(v)
 
+    def _status_faults_on(self) -> None:
+        if self.status_fault_rate:
+            self.h.apiserver.set_faults(FaultPlan(
+                error_rate=self.status_fault_rate, seed=self.seed + self.report.cycles,
+                verbs=frozenset({"patch"}), resources=frozenset({"resourceclaims/status"})))
+
+    def _status_faults_off(self) -> None:
+        self.report.status_faults += self.h.apiserver.faults_injected
+        self.h.apiserver.set_faults(None)
+
     def _status_entries(self) -> dict[str, set[str]]:
         """claim UID → the devices of this driver in its ``status.devices`` (the claims that
         still exist on the server)."""
@@ -307,8 +322,21 @@ class CrashDriver:
         while (bad := wrong()) and time.monotonic() < deadline:
             time.sleep(0.2)
         if bad:
-            self.log(f"status not settled ({'applied' if prepared else 'removed'}): {bad}")
+            self.log(f"status not settled ({'applied' if prepared else 'removed'}): {bad}; "
+                     f"{self._status_story(bad)}")
             self.report.status_violations += bad
+
+    def _status_story(self, uids: list[str]) -> str:
+        """What the checkpoint owes for ``uids`` and the agent's log lines about them."""
+        from drakit.plugin.claims.checkpoint import Checkpoint
+
+        state = Checkpoint(self.h.checkpoint_path).state()
+        owed = {u: (state.claims[u].status_owed if u in state.claims else
+                    state.unprepared[u].status_owed if u in state.unprepared else None)
+                for u in uids}
+        log = self.h.log_path.read_text(errors="replace").splitlines()
+        lines = [ln[:300] for ln in log if any(u in ln for u in uids)][-12:]
+        return f"status_owed {owed}; agent log: " + " | ".join(lines)
 
     def cycle(self) -> None:
         prepared = [c for c in self.claims.values() if c.state == "prepared"]
@@ -335,23 +363,23 @@ class CrashDriver:
         started = time.monotonic()
         self._arm()
         self.h.start(wait=60)
-        if self.status_fault_rate:
-            self.h.apiserver.set_faults(FaultPlan(
-                error_rate=self.status_fault_rate, seed=self.seed, verbs=frozenset({"patch"}),
-                resources=frozenset({"resourceclaims/status"})))
+        self._status_faults_on()
         try:
             for i in range(cycles):
                 if time_limit is not None and time.monotonic() - started > time_limit:
                     self.log(f"time limit reached after {i} cycles")
                     break
                 self.cycle()
+                if self.status_fault_rate and (i + 1) % STATUS_CHECK_EVERY == 0:
+                    self._status_faults_off()
+                    self._check_status(prepared=True)
+                    self._status_faults_on()
                 if (i + 1) % 50 == 0:
                     self.log(f"{i + 1} cycles, {self.report.line()}, "
                              f"restarts {self.report.restarts}")
             # Finally unprepare everything and check the node is clean.
             if self.status_fault_rate:
-                self.report.status_faults = self.h.apiserver.faults_injected
-                self.h.apiserver.set_faults(None)
+                self._status_faults_off()
                 self._check_status(prepared=True)
             for c in self.claims.values():
                 if c.state == "prepared":
