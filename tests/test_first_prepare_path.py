@@ -94,7 +94,6 @@ class _Recorder:
             where = _module_of(name)
             if where is not None:
                 found[where[0]].add(where[1])
-        found["plugin"] = {m for m in found["plugin"] if not m.startswith("testing/")}
         return found
 
 

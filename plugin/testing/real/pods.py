@@ -69,8 +69,11 @@ class NodePods:
                    timeout: float = 60.0) -> None:
         """Delete the pod (absent is fine; no kubectl needed); with ``wait``, until it is
         gone."""
-        with contextlib.suppress(ApiError):  # 404: gone already
+        try:
             self.layout.cp.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ApiError as e:
+            if e.code != 404:  # gone already is fine; any other answer is not
+                raise
         if wait:
             self.wait_pod_gone(namespace, name, timeout)
 
