@@ -188,8 +188,9 @@ class DiscoveryPlugin(ABC):
       checkpoint writes). A plugin whose ``prepare`` only computes container edits, status
       and state declares ``False`` on purpose: its hooks run before admission and its claims
       are recorded in one checkpoint write instead of two (what that saves per claim is
-      measured in bench/README.md and quoted in the vendor's guide); a crash then leaves at
-      most a CDI spec without a record, which the orphan sweep removes. Nothing is inferred
+      measured in bench/README.md and quoted in the vendor's guide): the record comes
+      before the CDI spec, and a crash between them leaves a record whose spec the
+      start-up recovery writes. Nothing is inferred
       from which methods a class overrides (a plugin that keeps the default ``prepare``
       declares ``False`` too, to get the one write).
     """

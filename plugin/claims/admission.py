@@ -1,6 +1,13 @@
-"""Admission of claims to prepare: a pure function of the checkpoint's content, the plans of
-one kubelet call and the liveness of checkpoint owners. The caller runs it under the
-checkpoint's file lock and records the admitted claims in the same write.
+"""Admission of claims to prepare, and the other transitions of a claim's checkpoint record.
+
+:func:`admit` is a pure function of the checkpoint's content, the plans of one kubelet call
+and the liveness of checkpoint owners; :func:`admit_into` runs it as a checkpoint change
+(under the file lock) and records the admitted claims in the same write. The other
+transitions are plain functions the checkpoint runs as changes too: :func:`complete` (the
+``PrepareStarted`` claims' hooks ran), :func:`drop_recorded` (a record whose CDI spec could
+not be written), :func:`drop_started` (a prepare that failed or was rolled back) and
+:func:`release` (unprepare). None of them does I/O: the CDI specs and the hooks run outside
+the lock (:mod:`drakit.plugin.claims.prepare`, :mod:`drakit.plugin.claims.unprepare`).
 
 Rules (the kubelet's DRA manager, k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go; issues 3
 and 16), per claim, in order:
@@ -42,9 +49,9 @@ from drakit.plugin.claims.resourceclaim import Plan
 class Admission:
     """What :func:`admit` decided, by claim UID: ``started`` (admitted; their
     ``PrepareStarted`` records), ``completed`` (already prepared: their records),
-    ``refused`` (the claim's error). ``prepared``: admitted claims the caller prepared
-    before recording them (their ``PrepareCompleted`` records, see
-    :mod:`drakit.plugin.claims.prepare`)."""
+    ``refused`` (the claim's error), ``prepared`` (admitted claims whose
+    ``PrepareCompleted`` record the caller built before admission: their hooks change
+    nothing on the node, see :mod:`drakit.plugin.claims.prepare`)."""
 
     started: dict[str, ClaimRecord] = field(default_factory=dict)
     completed: dict[str, ClaimRecord] = field(default_factory=dict)
@@ -108,12 +115,15 @@ def _held_by(rec: ClaimRecord) -> list[tuple[str, str]]:
 
 def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, UnpreparedRecord],
           plans: Iterable[Plan], owner: str, owner_alive: Callable[[str | None], bool],
-          now: float, holders: DeviceHolders | None = None) -> Admission:
+          now: float, holders: DeviceHolders | None = None,
+          prepared: Mapping[str, ClaimRecord] | None = None) -> Admission:
     """Decide each plan against the checkpoint content (``claims``, ``unprepared``) for
     this instance ``owner`` (see the module docstring). ``owner_alive(owner)`` tells a
     live instance from a crashed one; ``now`` (seconds since the epoch) stamps the
     records. ``holders`` (the caller's :class:`DeviceHolders`) saves building the device
-    holders from every record. Reads its arguments only (and updates ``holders``)."""
+    holders from every record. ``prepared``: claim UID → the ``PrepareCompleted`` record
+    the caller built for the claim, recorded instead of ``PrepareStarted`` when it is
+    admitted. Reads its arguments only (and updates ``holders``)."""
     out = Admission()
     held = holders.of(claims) if holders is not None else device_holders(claims)
     this_call: dict[tuple[str, str], str] = {}  # devices of the claims admitted so far
@@ -130,7 +140,11 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
         if error:
             out.refused[uid] = error
             continue
-        out.started[uid] = p.started(owner, now)
+        done = prepared.get(uid) if prepared else None
+        if done is not None:
+            out.prepared[uid] = done
+        else:
+            out.started[uid] = p.started(owner, now)
         for it in p.items:
             if not it.alloc.admin_access:
                 this_call.setdefault((it.alloc.pool, it.alloc.device), uid)
@@ -156,6 +170,56 @@ def record(state: CheckpointState, admission: Admission) -> None:
     for uid, rec in (admission.started | admission.prepared).items():
         state.claims[uid] = rec
         state.unprepared.pop(uid, None)
+
+
+def admit_into(state: CheckpointState, plans: Iterable[Plan], owner: str,
+               owner_alive: Callable[[str | None], bool], now: float,
+               holders: DeviceHolders | None = None,
+               prepared: Mapping[str, ClaimRecord] | None = None) -> Admission:
+    """The checkpoint change of one kubelet call's admission: :func:`admit` against
+    ``state``, then :func:`record` of the admitted claims into it."""
+    got = admit(state.claims, state.unprepared, plans, owner, owner_alive, now, holders,
+                prepared)
+    record(state, got)
+    return got
+
+
+def drop_recorded(claims: dict[str, ClaimRecord], records: Mapping[str, ClaimRecord]) -> None:
+    """Drop the records of ``records`` (claim UID → record) still recorded as they are (a
+    claim whose CDI spec could not be written after its ``PrepareCompleted`` record)."""
+    for uid, rec in records.items():
+        if claims.get(uid) == rec:
+            del claims[uid]
+
+
+def complete(claims: dict[str, ClaimRecord], done: Mapping[str, ClaimRecord],
+             failed: Iterable[str], owner: str) -> None:
+    """The checkpoint change after a call's ``PrepareStarted`` claims ran: ``done`` (claim
+    UID → its ``PrepareCompleted`` record) recorded; the ``PrepareStarted`` records of
+    ``failed`` that ``owner`` still holds dropped."""
+    claims.update(done)
+    drop_started(claims, failed, owner)
+
+
+def release(state: CheckpointState, records: Mapping[str, ClaimRecord],
+            unknown: Iterable[str], now: float, reservations: Mapping[str, str],
+            owe_status: bool) -> None:
+    """The checkpoint change of an unprepare (:mod:`drakit.plugin.claims.unprepare`): the
+    ``records`` (claim UID → record, their CDI specs removed) dropped, each leaving an
+    ``unprepared`` mark (its allocation fingerprint, ``now``, the ``reservations`` digest
+    its last prepare read, and owing the removal of its AllocatedDeviceStatus entries when
+    ``owe_status`` and it was ``PrepareCompleted``); the ``unknown`` UIDs (no record) get a
+    mark without a fingerprint unless they have a record or mark by now."""
+    for uid, rec in records.items():
+        state.claims.pop(uid, None)
+        state.unprepared[uid] = UnpreparedRecord(
+            fingerprint=rec.fingerprint, at=now, reservations=reservations.get(uid),
+            namespace=rec.namespace, name=rec.name,
+            status_owed=owe_status and rec.phase == "PrepareCompleted")
+    for uid in unknown:
+        if uid not in state.claims and uid not in state.unprepared:
+            state.unprepared[uid] = UnpreparedRecord(fingerprint=None, at=now,
+                                                     reservations=reservations.get(uid))
 
 
 def drop_started(claims: dict[str, ClaimRecord], uids: Iterable[str], owner: str) -> None:

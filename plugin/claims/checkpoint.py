@@ -389,12 +389,10 @@ def _changed(before: dict[str, BaseModel], after: dict[str, BaseModel],
 class _Request(Generic[T]):
     """One caller's change waiting for (or done by) a group commit."""
 
-    __slots__ = ("after", "change", "done", "error", "result", "written")
+    __slots__ = ("change", "done", "error", "result", "written")
 
-    def __init__(self, change: Callable[[CheckpointState], T],
-                 after: Callable[[T], None] | None) -> None:
+    def __init__(self, change: Callable[[CheckpointState], T]) -> None:
         self.change = change
-        self.after = after
         self.result: T | None = None
         self.error: BaseException | None = None
         self.done = False
@@ -426,6 +424,7 @@ class Checkpoint:
         self._lock_name = str(self.lock_path)
         self.owners_dir = self.path.parent / "owners"
         self._owners = OwnerLocks(self.owners_dir, owner)
+        self._owner: str | None = None  # this instance's owner id once its lock is taken
         self._lock = threading.RLock()
         self._state = CheckpointState()
         # (st_ino, st_size, st_mtime_ns) of the snapshot whose content is in memory;
@@ -621,9 +620,9 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def _flock(self) -> Iterator[None]:
-        """The file lock; re-entrant within the thread holding it (a change's ``after``
-        that updates the checkpoint again: a second flock on a new descriptor would wait
-        for the first forever)."""
+        """The file lock; re-entrant within the thread holding it (a change, or a caller
+        holding :meth:`locked`, that updates the checkpoint again: a second flock on a new
+        descriptor would wait for the first forever)."""
         if self._flock_holder == threading.get_ident():
             yield
             return
@@ -662,15 +661,9 @@ class Checkpoint:
         """
         return self.update_state(lambda s: change(s.claims))
 
-    def update_state(
-        self,
-        change: Callable[[CheckpointState], T],
-        after: Callable[[T], None] | None = None,
-    ) -> T:
+    def update_state(self, change: Callable[[CheckpointState], T]) -> T:
         """Like :meth:`update`, with the whole :class:`CheckpointState` (claims and
         ``unprepared`` marks). Marks older than :data:`UNPREPARED_TTL` are dropped.
-        ``after(result)`` runs once the change is durable, still under the file lock (for
-        work other instances must see together with the change, e.g. removing CDI specs).
 
         Group commit: changes of concurrent callers that queue up while a write is in
         flight are applied one after the other (each under the thread lock and the file
@@ -680,9 +673,9 @@ class Checkpoint:
         maps (shallow copies; the records themselves are frozen). A failed write raises
         CheckpointWriteError to every caller of the batch.
         """
-        req: _Request[T] = _Request(change, after)
+        req: _Request[T] = _Request(change)
         if self._leader == threading.get_ident():
-            # Re-entrant call from a change or ``after``: committed on its own, now.
+            # Re-entrant call from a change: committed on its own, now.
             self._commit([req])
         else:
             with self._queue_lock:
@@ -741,11 +734,6 @@ class Checkpoint:
                     return
                 for req in ok:
                     req.written = True
-                    if req.after is not None:
-                        try:
-                            req.after(req.result)
-                        except BaseException as e:
-                            req.error = e
         except BaseException as e:
             # The file lock could not be taken (or a bug): nobody's change was written.
             for req in batch:
@@ -867,10 +855,12 @@ class Checkpoint:
         """This instance's owner id; the first access takes its owner lock (held until
         :meth:`close` or process exit). Raises CheckpointError when another instance holds
         it."""
-        try:
-            return self._owners.take()
-        except OwnerError as e:
-            raise CheckpointError(str(e)) from None
+        if self._owner is None:
+            try:
+                self._owner = self._owners.take()
+            except OwnerError as e:
+                raise CheckpointError(str(e)) from None
+        return self._owner
 
     def owner_alive(self, owner: str | None) -> bool:
         """True when ``owner`` is this instance or another live one (its owner lock is
@@ -885,6 +875,7 @@ class Checkpoint:
         """Release this instance's owner lock and remove its file; wait for a compaction
         in progress; close the snapshot and log held open."""
         self._owners.close()
+        self._owner = None
         compactor = self._compactor
         if compactor is not None:
             compactor.join(30)

@@ -280,54 +280,67 @@ class ClaimDevices:
             out.append(run_hook(it.plugin.prepare, it.request))
             if progress is not None:
                 progress.clear()  # what fails from here on is not the hook's
+            self.crash("after-driver-hook")
         return out
 
-    def prepare(self, plan: Plan, started: ClaimRecord, now: float,
-                outputs: Sequence[PreparedDevice] | None = None,
-                progress: HookProgress | None = None) -> ClaimRecord:
-        """Run every device's prepare hook (or take ``outputs``, from :meth:`compute`),
-        write the claim's CDI spec; return the ``PrepareCompleted`` record (from
-        ``started``, stamped ``now``). On any error the claim is undone (see the module
-        docstring) and the error raised."""
+    def completed(self, plan: Plan, started: ClaimRecord, now: float,
+                  outputs: Sequence[PreparedDevice]) -> tuple[ClaimRecord, list[CDIDevice]]:
+        """The claim's ``PrepareCompleted`` record (from ``started``, stamped ``now``) and
+        its CDI devices, from the prepare hooks' ``outputs`` (one per device of ``plan``, in
+        order). Writes nothing: the caller records the claim and writes the spec
+        (:meth:`write_spec`). A hook that returned no container edits gets
+        ``DRAKIT_DEVICE_<NAME>=<pool>/<device>``."""
         devices: list[PreparedDeviceRecord] = []
         cdi: list[CDIDevice] = []
+        for it, out in zip(plan.items, outputs, strict=True):
+            edits = out.edits
+            if edits.is_empty():
+                edits = ContainerEdits(env=[
+                    f"DRAKIT_DEVICE_{env_name(it.alloc.device)}={it.alloc.pool}/{it.alloc.device}"
+                ])
+            devices.append(it.record.model_copy(update={
+                "edits": edits.to_json_dict(), "state": out.state,
+                "status": out.status.model_dump(mode="json") if out.status else None,
+                "cdi_device_ids": [self.specs.qualified_name(it.record.cdi_name)],
+            }))
+            cdi.append(CDIDevice(name=it.record.cdi_name, container_edits=edits))
+        rec = started.model_copy(update={
+            "phase": "PrepareCompleted", "devices": devices, "prepared_at": now})
+        return rec, cdi
+
+    def write_spec(self, claim_uid: str, cdi: list[CDIDevice]) -> None:
+        """Write the claim's CDI spec (one file per claim). Not made durable (no directory
+        fsync; its content is): the checkpoint record is, and after a power loss the
+        start-up recovery re-writes the spec of every completed record that lacks one
+        (:mod:`drakit.plugin.claims.recovery`). Raises what the CDI store raised."""
+        self.specs.write(claim_uid, cdi, durable=False)
+        self.crash("after-cdi-write")
+
+    def prepare(self, plan: Plan, started: ClaimRecord, now: float,
+                progress: HookProgress | None = None) -> ClaimRecord:
+        """Run every device's prepare hook, write the claim's CDI spec; return the
+        ``PrepareCompleted`` record (from ``started``, stamped ``now``). On any error the
+        claim is undone (see the module docstring) and the error raised."""
+        outputs: list[PreparedDevice] = []
+        begun = 0  # devices whose hook was started: a hook that fails half-way is undone too
         try:
-            for i, it in enumerate(plan.items):
-                # Listed before the hook runs: a hook that fails half-way is undone too.
-                devices.append(it.record)
-                if outputs is not None:
-                    out = outputs[i]
-                else:
-                    if progress is not None:
-                        progress.now(it.plugin.name, "prepare",
-                                     f"{it.alloc.pool}/{it.alloc.device}")
-                    out = run_hook(it.plugin.prepare, it.request)
-                    if progress is not None:
-                        progress.clear()  # what fails from here on is not the hook's
+            for it in plan.items:
+                if progress is not None:
+                    progress.now(it.plugin.name, "prepare", f"{it.alloc.pool}/{it.alloc.device}")
+                begun += 1
+                outputs.append(run_hook(it.plugin.prepare, it.request))
+                if progress is not None:
+                    progress.clear()  # what fails from here on is not the hook's
                 self.crash("after-driver-hook")
-                edits = out.edits
-                if edits.is_empty():
-                    edits = ContainerEdits(env=[
-                        f"DRAKIT_DEVICE_{env_name(it.alloc.device)}={it.alloc.pool}/{it.alloc.device}"
-                    ])
-                devices[-1] = it.record.model_copy(update={
-                    "edits": edits.to_json_dict(), "state": out.state,
-                    "status": out.status.model_dump(mode="json") if out.status else None,
-                })
-                cdi.append(CDIDevice(name=it.record.cdi_name, container_edits=edits))
-            # Not made durable (no directory fsync; its content is): the checkpoint record
-            # written after it is, and after a power loss the start-up recovery re-writes the
-            # spec of every completed record that lacks one (drakit.plugin.claims.recovery).
-            ids = self.specs.write(plan.ref.uid, cdi, durable=False)
-            self.crash("after-cdi-write")
+            rec, cdi = self.completed(plan, started, now, outputs)
+            self.write_spec(plan.ref.uid, cdi)
         except Exception:
-            self.rollback(plan.ref, devices)
+            # each device's unprepare hook gets the state its prepare hook returned
+            undo = [it.record.model_copy(update={"state": out.state})
+                    for it, out in zip(plan.items, outputs, strict=False)]
+            self.rollback(plan.ref, undo + [it.record for it in plan.items[len(undo):begun]])
             raise
-        by_name = {i.rsplit("=", 1)[-1]: i for i in ids}
-        done = [d.model_copy(update={"cdi_device_ids": [
-            by_name.get(d.cdi_name, self.specs.qualified_name(d.cdi_name))]}) for d in devices]
-        return started.model_copy(update={
-            "phase": "PrepareCompleted", "devices": done, "prepared_at": now})
+        return rec
 
     def rewrite_spec(self, rec: ClaimRecord) -> tuple[PrepareResult, bool]:
         """The answer for a completed claim, re-writing its CDI spec first when it went

@@ -1,35 +1,40 @@
 """Prepare of the claims one kubelet call runs (single flight already decided that this call
-runs them; see :mod:`drakit.plugin.claims.node`).
+runs them; see :mod:`drakit.plugin.claims.node`), read top to bottom in
+:meth:`Prepare.run` and :meth:`Prepare._run_plans`:
 
-Per claim: answered from its ``PrepareCompleted`` record when there is one; else read at the
-API (concurrently, bounded by the call's deadline) and planned
-(:func:`drakit.plugin.claims.resourceclaim.plan_claim`); then, in ONE checkpoint write for the whole
-call, admitted (:func:`drakit.plugin.claims.admission.admit`, under the file lock) and recorded
-``PrepareStarted``; each admitted claim's devices are prepared and its CDI spec written
-(:class:`drakit.plugin.claims.claimdevices.ClaimDevices`, no lock held); then ONE write records
-every claim ``PrepareCompleted`` (or drops the failed ones); finally the AllocatedDeviceStatus
-entries are queued. A completed record that cannot be written rolls the call's claims back.
+1. A claim with a ``PrepareCompleted`` record is answered from it (its CDI spec re-written
+   when it went missing). The others are read at the API (concurrently, bounded by the
+   call's deadline) and planned (:func:`drakit.plugin.claims.resourceclaim.plan_claim`).
+2. The prepare hooks of claims whose plugins all declare ``prepare_changes_node = False``
+   (on purpose; nothing is inferred from overridden methods:
+   :func:`drakit.plugin.claims.claimdevices.without_prepare_hook`) run first, each claim's
+   on a worker of its own, outside any lock: they change nothing on the node, so a claim
+   that admission then refuses has left nothing behind. Their ``PrepareCompleted`` records
+   are built from the hooks' outputs.
+3. ONE checkpoint write for the whole call admits the claims
+   (:func:`drakit.plugin.claims.admission.admit_into`, a pure function of the checkpoint's
+   content, run under the file lock): the claims of step 2 are recorded ``PrepareCompleted``
+   at once, the others ``PrepareStarted``.
+4. The claims recorded ``PrepareCompleted`` get their CDI spec, after the record. A spec
+   that cannot be written drops its record again (a second write, only then).
+5. The ``PrepareStarted`` claims run their hooks and get their CDI spec
+   (:class:`drakit.plugin.claims.claimdevices.ClaimDevices`, each claim on a worker of its
+   own, no lock held), then ONE write records them ``PrepareCompleted`` (or drops the failed
+   ones). A completed record that cannot be written rolls the claims back.
+6. The AllocatedDeviceStatus entries are queued (their wish is in the record:
+   ``status_owed``); the kubelet gets the CDI device IDs.
 
-Write order and crashes: the ``PrepareStarted`` record comes before any side effect, so a
-crash leaves a record recovery rolls back (:mod:`drakit.plugin.claims.recovery`), never a device
-prepared with no record; the CDI spec comes before the ``PrepareCompleted`` record, so a
-completed record always has its spec. The spec's content is fsynced before its rename but
-its directory is not (issue #18: one fsync less per prepare): after a power loss the spec
-of a completed record may be missing (never partial), and the start-up recovery re-writes
-it from the record before the kubelet can call.
-
-Claims without a prepare hook that changes the node (every device's plugin declares
-``prepare_changes_node = False`` on purpose; nothing is inferred from overridden methods:
-:func:`drakit.plugin.claims.claimdevices.without_prepare_hook`) skip the ``PrepareStarted``
-write: their hooks run first, outside the file lock (they change nothing, so a claim admission
-then refuses has left nothing behind, and a slow vendor hook never holds the lock); inside the
-admission write, under the lock, their CDI spec is written and they are recorded
-``PrepareCompleted`` at once (one checkpoint write per call instead of two). What a crash can
-leave of them is a CDI spec without a record, which is what ``PrepareStarted`` would have been
-rolled back to anyway; the orphan-spec sweep (start-up and every orphan pass, under the same
-file lock, so it never meets a spec being written) removes it, and the kubelet's retry prepares
-the claim afresh. A failed admission write removes their specs again (under the lock, only
-while no record names the claim).
+Write order and crashes: a CDI spec is written only while a record names its claim, so
+the orphan-spec sweep (which removes specs no record names, under the checkpoint's file
+lock) never meets a prepare in progress, here or in another instance. The
+``PrepareStarted`` record comes before any hook that changes the node, so a crash leaves a
+record recovery rolls back (:mod:`drakit.plugin.claims.recovery`), never a device prepared
+with no record. A ``PrepareCompleted`` record may lack its spec: after a crash between the
+record and the spec (step 4), or after a power loss (the spec's content is fsynced before
+its rename but its directory is not: issue #18, one fsync less per prepare); the start-up
+recovery re-writes it from the record before the kubelet can call, and a prepare answered
+from the record re-writes it too. The one-write path (steps 2 to 4) saves one checkpoint write
+per claim; bench/README.md has the figure it buys.
 """
 
 from __future__ import annotations
@@ -40,18 +45,20 @@ import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
+from drakit.cdi.spec import Device as CDIDevice
 from drakit.discovery.plugin import ClaimRef, PreparedDevice
 from drakit.plugin.api.retry import describe
-from drakit.plugin.claims.admission import Admission, DeviceHolders, admit, drop_started, record
-from drakit.plugin.claims.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointState,
-    ClaimRecord,
+from drakit.plugin.claims.admission import (
+    DeviceHolders,
+    admit_into,
+    complete,
+    drop_recorded,
+    drop_started,
 )
+from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
 from drakit.plugin.claims.claimdevices import (
     ClaimDevices,
     HookProgress,
@@ -119,15 +126,6 @@ class Reservations:
             return {uid: self._seen[uid] for uid in uids if uid in self._seen}
 
 
-@dataclass(frozen=True)
-class Admitted:
-    """What the admission write decided (:meth:`Prepare._admit`): the ``admission``, and
-    ``failed``: claim UID → error of each claim whose CDI spec could not be written in it."""
-
-    admission: Admission
-    failed: dict[str, str]
-
-
 class Prepare:
     """The prepare of owned claims (see the module docstring) for ``driver_name``."""
 
@@ -156,6 +154,7 @@ class Prepare:
         """One PrepareResult per claim of ``refs`` (validated, distinct), and the UIDs of the
         claims whose hooks still run (their flights are released here when the hooks end);
         ``deadline`` (monotonic seconds) bounds the API reads and the wait for the hooks."""
+        # 1. Answered from a PrepareCompleted record, or read at the API and planned.
         results: dict[str, PrepareResult] = {}
         todo: list[ClaimRef] = []
         for ref in refs:
@@ -223,101 +222,133 @@ class Prepare:
             raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: not found")
         return plan_claim(ref, claim, self.driver_name, self.inventory)
 
-    def _admit(self, state: CheckpointState, plans: list[Plan], owner: str,
-               pure: dict[str, list[PreparedDevice]]) -> Admitted:
-        """The checkpoint change of admission: decide; write the CDI specs of the admitted
-        claims without a prepare hook that changes the node (``pure``: their hooks' outputs,
-        computed before the lock) and record them ``PrepareCompleted``; record the others
-        ``PrepareStarted``. Returns the admission and the error of each claim whose spec
-        could not be written (no record for it)."""
-        got = admit(state.claims, state.unprepared, plans, owner,
-                    self.checkpoint.owner_alive, time.time(), self._holders)
-        failed: dict[str, str] = {}
-        for p in plans:
-            started = got.started.get(p.ref.uid)
-            if started is None or p.ref.uid not in pure:
-                continue
-            del got.started[p.ref.uid]
-            try:
-                got.prepared[p.ref.uid] = self._prepared(p, started, pure[p.ref.uid])
-            except Exception as e:
-                failed[p.ref.uid] = _failure(p, e)
-        record(state, got)
-        return Admitted(got, failed)
-
     def _run_plans(self, plans: list[Plan],
                    deadline: float) -> tuple[dict[str, PrepareResult], set[str]]:
+        """Prepare the planned claims (see the module docstring): their answers, and the UIDs
+        of the claims whose hooks still run past ``deadline``."""
         errors: dict[str, str] = {}
-        pure: dict[str, list[PreparedDevice]] = {}
-        # hooks that change nothing on the node run before the lock, each claim's on a
-        # worker of its own, bounded by the call's deadline
+        causes: dict[str, BaseException] = {}
+        # 2. The hooks that change nothing on the node run before admission, each claim's
+        #    on a worker of its own, bounded by the call's deadline.
         ran, late = self._hooks([p for p in plans if without_prepare_hook(p)],
                                 self.devices.compute, deadline, self._late_pure)
-        causes: dict[str, BaseException] = {}
+        outputs: dict[str, list[PreparedDevice]] = {}
         for p in plans:
             run = ran.get(p.ref.uid)
             if run is not None and run.error is not None:
                 errors[p.ref.uid] = _run_failure(p, run, causes)
             elif run is not None:
-                pure[p.ref.uid] = run.result
+                outputs[p.ref.uid] = run.result
         still = {uid: PrepareResult(error=msg) for uid, msg in late.items()}
         plans = [p for p in plans if p.ref.uid not in errors and p.ref.uid not in late]
         if not plans:
             return _failed(errors, causes) | still, set(late)
+
+        # 3. Admission, one checkpoint write: the claims whose hooks ran are recorded
+        #    PrepareCompleted at once, the others PrepareStarted.
         try:
             owner = self.checkpoint.owner
-            admitted = self.checkpoint.update_state(
-                lambda s: self._admit(s, plans, owner, pure))
         except CheckpointError as e:
             msg = checkpoint_failed(self.events, e)
-            self._undo_unrecorded([p.ref for p in plans if p.ref.uid in pure])
-            # the claims whose hook failed before the write keep their own error
             return (_failed(errors, causes) | still
                     | {p.ref.uid: PrepareResult(error=msg) for p in plans}, set(late))
-        adm = admitted.admission
-        errors |= admitted.failed
+        now = time.time()
+        specs: dict[str, list[CDIDevice]] = {}
+        built: dict[str, ClaimRecord] = {}
+        for p in plans:
+            if p.ref.uid in outputs:
+                try:
+                    rec, specs[p.ref.uid] = self.devices.completed(
+                        p, p.started(owner, now), now, outputs[p.ref.uid])
+                except Exception as e:  # the hooks' outputs do not make a record
+                    errors[p.ref.uid] = _failure(p, e)
+                    continue
+                built[p.ref.uid] = self._owing(rec)
+        plans = [p for p in plans if p.ref.uid not in errors]
+        try:
+            adm = self.checkpoint.update_state(partial(
+                admit_into, plans=plans, owner=owner, owner_alive=self.checkpoint.owner_alive,
+                now=now, holders=self._holders, prepared=built))
+        except CheckpointError as e:
+            msg = checkpoint_failed(self.events, e)
+            # nothing was written for them; the claims whose hook failed keep their error
+            return (_failed(errors, causes) | still
+                    | {p.ref.uid: PrepareResult(error=msg) for p in plans}, set(late))
         for p in plans:  # the claims as this call saw them, for a later unprepare's mark
             self.reservations.remember(p.ref.uid, p.reservations)
         results = {uid: PrepareResult(error=err) for uid, err in adm.refused.items()}
         for uid, rec in adm.completed.items():
             results[uid] = _reused(self.devices.rewrite_spec(rec)[0])
 
+        # 4. The CDI specs of the claims recorded PrepareCompleted at once, after their
+        #    record (no spec without a record: the orphan sweep's rule).
         done: dict[str, ClaimRecord] = {}
+        if adm.prepared:
+            self.devices.crash("after-checkpoint-write")
+        for uid, rec in adm.prepared.items():
+            try:
+                self.devices.write_spec(uid, specs[uid])
+                done[uid] = rec
+            except Exception as e:
+                errors[uid] = _failure(next(p for p in plans if p.ref.uid == uid), e)
+        self._drop_unwritten({uid: rec for uid, rec in adm.prepared.items() if uid in errors})
+
+        # 5. The PrepareStarted claims: their hooks and CDI spec, each claim on a worker of
+        #    its own, then one write records them PrepareCompleted (or drops the failed).
+        started: dict[str, ClaimRecord] = {}
         ran, late_started = self._hooks(
             [p for p in plans if p.ref.uid in adm.started],
-            lambda p, progress: self._prepared(p, adm.started[p.ref.uid], progress=progress),
+            lambda p, progress: self._prepared(p, adm.started[p.ref.uid], progress),
             deadline, lambda p, run: self._late_started(p, run, owner))
         for uid, run in ran.items():
             if run.error is not None:
                 errors[uid] = _run_failure(next(p for p in plans if p.ref.uid == uid), run,
                                            causes)
             else:
-                done[uid] = run.result
+                started[uid] = run.result
         late |= late_started
         still |= {uid: PrepareResult(error=msg) for uid, msg in late_started.items()}
         results |= _failed(errors, causes) | still
         settled = [uid for uid in adm.started if uid not in late_started]
         if settled:  # the claims whose hooks still run stay PrepareStarted until they end
-            failed = [uid for uid in settled if uid not in done]
+            failed = [uid for uid in settled if uid not in started]
             try:
-                self.checkpoint.update(lambda claims: _complete(claims, done, failed, owner))
+                self.checkpoint.update(partial(complete, done=started, failed=failed, owner=owner))
             except CheckpointError as e:
                 # Not recorded as completed: roll these claims back.
                 msg = checkpoint_failed(self.events, e)
-                for rec in done.values():
+                for rec in started.values():
                     self.devices.rollback(claim_ref(rec), list(rec.devices))
                 results |= {uid: PrepareResult(error=msg) for uid in settled}
-                done = {}
-        done |= adm.prepared
-        if done:
-            self.devices.crash("after-checkpoint-write")
+                started = {}
+            if started:
+                self.devices.crash("after-checkpoint-write")
+        done |= started
+
+        # 6. Their AllocatedDeviceStatus is queued; the kubelet gets the CDI device IDs.
         for p in plans:
-            if p.ref.uid not in done:
-                continue
-            rec = done[p.ref.uid]
-            self._queue_status(p.ref, rec)
-            results[p.ref.uid] = answer(rec)
+            got = done.get(p.ref.uid)
+            if got is not None:
+                self._queue_status(p.ref, got)
+                results[p.ref.uid] = answer(got)
         return results, set(late)
+
+    def _drop_unwritten(self, records: dict[str, ClaimRecord]) -> None:
+        """Claims recorded ``PrepareCompleted`` whose CDI spec could not be written: their
+        records dropped again and their devices rolled back. When that write fails too, the
+        record stays: the kubelet's retry is answered from it once its spec is re-written
+        (:meth:`ClaimDevices.rewrite_spec`)."""
+        if not records:
+            return
+        try:
+            self.checkpoint.update(partial(drop_recorded, records=records))
+        except CheckpointError as e:
+            log.error("%d claim(s) whose CDI spec could not be written stay recorded; the "
+                      "kubelet's retry re-writes the spec", len(records),
+                      extra={"err": checkpoint_failed(self.events, e)})
+            return
+        for rec in records.values():
+            self.devices.rollback(claim_ref(rec), list(rec.devices))
 
     def _queue_status(self, ref: ClaimRef, rec: ClaimRecord) -> None:
         if self.status is not None:
@@ -378,7 +409,7 @@ class Prepare:
                 return
             rec: ClaimRecord = run.result
             try:
-                self.checkpoint.update(lambda claims: _complete(claims, {uid: rec}, [], owner))
+                self.checkpoint.update(partial(complete, done={uid: rec}, failed=[], owner=owner))
             except CheckpointError as e:
                 log.error("recording a late prepare failed; rolled back", extra={
                     **log_context(p.ref), "err": checkpoint_failed(self.events, e)})
@@ -396,37 +427,23 @@ class Prepare:
 
     def _drop_started(self, uid: str, owner: str) -> None:
         try:
-            self.checkpoint.update(lambda claims: drop_started(claims, [uid], owner))
+            self.checkpoint.update(partial(drop_started, uids=[uid], owner=owner))
         except CheckpointError as e:  # the next start rolls the record back
             log.error("dropping a late prepare's record failed; the next start rolls it back",
                       extra={"claim_uid": uid, "err": checkpoint_failed(self.events, e)})
 
     def _prepared(self, p: Plan, started: ClaimRecord,
-                  outputs: list[PreparedDevice] | None = None,
                   progress: HookProgress | None = None) -> ClaimRecord:
         """The claim's devices prepared and its CDI spec written: its ``PrepareCompleted``
-        record, which owes the claim its AllocatedDeviceStatus entries when status writes
-        are on (:mod:`drakit.plugin.claims.owedstatus`)."""
-        rec = self.devices.prepare(p, started, time.time(), outputs=outputs, progress=progress)
-        if self.status is not None and rec.devices:
-            rec = rec.model_copy(update={"status_owed": True})
-        return rec
+        record."""
+        return self._owing(self.devices.prepare(p, started, time.time(), progress=progress))
 
-    def _undo_unrecorded(self, refs: list[ClaimRef]) -> None:
-        """After a failed admission write: remove the CDI specs that write may have written
-        for ``refs`` (claims without a prepare hook that changes the node), under the file
-        lock and only while no record names the claim (another instance may have prepared it
-        meanwhile; under the lock no spec of such a claim is half-way to its record)."""
-        if not refs:
-            return
-        try:
-            with self.checkpoint.locked() as state:
-                for ref in refs:
-                    if ref.uid not in state.claims:
-                        self.devices.rollback(ref, [])
-        except CheckpointError:
-            log.error("CDI specs of %d claim(s) not recorded are left for the orphan sweep",
-                      len(refs))
+    def _owing(self, rec: ClaimRecord) -> ClaimRecord:
+        """``rec``, owing the claim its AllocatedDeviceStatus entries when status writes
+        are on (:mod:`drakit.plugin.claims.owedstatus`)."""
+        if self.status is not None and rec.devices:
+            return rec.model_copy(update={"status_owed": True})
+        return rec
 
 
 def _bind_work(work: Callable[[Plan, HookProgress], Any],
@@ -488,11 +505,3 @@ def _run_failure(p: Plan, run: HookRun, causes: dict[str, BaseException]) -> str
 
 def _failure(p: Plan, e: BaseException) -> str:
     return str(e) if isinstance(e, ClaimError) else f"{p.name}: {type(e).__name__}: {e}"
-
-
-def _complete(claims: dict[str, ClaimRecord], done: dict[str, ClaimRecord],
-              failed: list[str], owner: str) -> None:
-    """The checkpoint change after the devices ran: ``done`` recorded ``PrepareCompleted``;
-    the ``PrepareStarted`` records of ``failed`` (still ``owner``'s) dropped."""
-    claims.update(done)
-    drop_started(claims, failed, owner)

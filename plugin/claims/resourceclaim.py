@@ -162,7 +162,8 @@ def allocated_devices(claim: dict[str, Any], driver: str) -> list[AllocatedDevic
         consumed = r.get("consumedCapacity") or {}
         if not isinstance(consumed, dict):
             raise ClaimError(f"{path}.consumedCapacity: must be a map")
-        if errors := validate_capacity_amounts(consumed, f"{path}.consumedCapacity"):
+        if consumed and (errors := validate_capacity_amounts(consumed,
+                                                             f"{path}.consumedCapacity")):
             raise ClaimError(str(errors[0]))
         ident = (r["pool"], r["device"], share)
         if ident in seen:

@@ -1,35 +1,35 @@
 """Unprepare of the claims one kubelet call runs, from the checkpoint alone.
 
-Order (a crash at any point leaves at most an orphan CDI spec, which the start-up sweep
-removes, never a record without its spec): the devices' unprepare hooks; then, under the
-file lock, ONE write drops the records and leaves ``unprepared`` marks (for the stale-prepare
-rule, :mod:`drakit.plugin.claims.admission`), and the CDI specs are removed right after it, still
-under the lock. When a spec cannot be removed (an immutable or read-only CDI directory) the
-record is put back in a second write under the same lock and the claim's error says so: the
+Order: the devices' unprepare hooks; then the claims' CDI specs are removed, while their
+records still name them; then ONE checkpoint write drops the records and leaves
+``unprepared`` marks (for the stale-prepare rule and the owed AllocatedDeviceStatus
+removal: :func:`drakit.plugin.claims.admission.release`). When a spec cannot be removed (an
+immutable or read-only CDI directory) its claim keeps its record and its error says so: the
 device stays busy while a spec still names it, and the kubelet's retry finishes the job.
+Nothing runs under the checkpoint's file lock but that write.
+
+A crash between the spec's removal and the write leaves a ``PrepareCompleted`` record
+without its spec, which the start-up recovery writes again
+(:mod:`drakit.plugin.claims.recovery`) until the kubelet's retry unprepares the claim; a
+spec is never removed from under a record another call or instance has just written (the
+records are dropped only after their specs are gone).
 
 The spec's removal is not made durable (no directory fsync; issue #18: one fsync less per
-unprepare): the record's removal before it is. After a power loss the spec may be back, with
+unprepare): the record's removal after it is. After a power loss the spec may be back, with
 no record naming it, and the start-up recovery removes it (the orphan-spec sweep, under the
-file lock, before the kubelet can call); a process crash (SIGKILL) loses nothing that was
-unlinked.
+file lock, before the kubelet can call).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from drakit.cdi.errors import CDINameError
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims.admission import held_elsewhere, held_elsewhere_error
-from drakit.plugin.claims.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointState,
-    ClaimRecord,
-)
-from drakit.plugin.claims.checkpoint import UnpreparedRecord as Mark
+from drakit.plugin.claims.admission import held_elsewhere, held_elsewhere_error, release
+from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
 from drakit.plugin.claims.claimdevices import ClaimDevices, HookFailed, claim_ref, log_context
 from drakit.plugin.claims.prepare import Reservations, StatusWriter, checkpoint_failed
 from drakit.plugin.events import Events
@@ -106,29 +106,17 @@ class Unprepare:
 
     def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str],
               owe_status: bool) -> dict[str, str]:
-        """One checkpoint write: remove the records of ``drop`` and mark them (and the
-        ``unknown`` UIDs) unprepared, each completed one owing the removal of its
-        AllocatedDeviceStatus entries when ``owe_status``; then, still under the file lock,
-        remove their CDI specs (and any spec an ``unknown`` UID still has), putting back the
-        records whose spec could not be removed. Returns claim UID → error for those."""
-        now = time.time()
-        seen = self.reservations.of([*drop, *unknown])
-
-        def change(state: CheckpointState) -> None:
-            for uid, rec in drop.items():
-                state.claims.pop(uid, None)
-                state.unprepared[uid] = Mark(
-                    fingerprint=rec.fingerprint, at=now, reservations=seen.get(uid),
-                    namespace=rec.namespace, name=rec.name,
-                    status_owed=owe_status and rec.phase == "PrepareCompleted")
-            for uid in unknown:
-                if uid not in state.claims and uid not in state.unprepared:
-                    state.unprepared[uid] = Mark(fingerprint=None, at=now,
-                                                 reservations=seen.get(uid))
-
-        failed: dict[str, str] = {}
-        self.checkpoint.update_state(
-            change, after=lambda _: failed.update(self._remove_specs(drop, unknown)))
+        """Remove the CDI specs of ``drop`` (and any spec an ``unknown`` UID still has),
+        then ONE checkpoint write: the records of ``drop`` whose spec is gone removed and
+        marked unprepared with the ``unknown`` UIDs, each completed one owing the removal of
+        its AllocatedDeviceStatus entries when ``owe_status``. Returns claim UID → error for
+        the claims whose spec could not be removed (their records stay). Raises
+        CheckpointError when the write fails."""
+        failed = self._remove_specs(drop, unknown)
+        self.checkpoint.update_state(partial(
+            release, records={u: r for u, r in drop.items() if u not in failed},
+            unknown=[u for u in unknown if u not in failed], now=time.time(),
+            reservations=self.reservations.of([*drop, *unknown]), owe_status=owe_status))
         return failed
 
     def _remove_specs(self, drop: dict[str, ClaimRecord],
@@ -144,14 +132,4 @@ class Unprepare:
                 what = f"ResourceClaim {rec.namespace}/{rec.name}" if rec else f"claim {uid}"
                 failed[uid] = (f"{what}: removing its CDI spec failed: "
                                f"{type(e).__name__}: {e}; the claim stays prepared, retry")
-        back = {uid: drop[uid] for uid in failed if uid in drop}
-        if back:
-            self.checkpoint.update_state(lambda state: _put_back(state, back))
         return failed
-
-
-def _put_back(state: CheckpointState, records: dict[str, ClaimRecord]) -> None:
-    for uid, rec in records.items():
-        if uid not in state.claims:
-            state.claims[uid] = rec
-            state.unprepared.pop(uid, None)

@@ -1,7 +1,8 @@
 """Claims whose devices have no prepare hook that changes the node (the plugin declares
 prepare_changes_node = False; nothing is inferred from overridden methods): one checkpoint
-write per prepare (no PrepareStarted write), the CDI spec written under the file lock; the
-same admission rules (drakit.plugin.claims.prepare, issue #18). Kills at each crash point:
+write per prepare (no PrepareStarted write: the admission write records them
+PrepareCompleted), the CDI spec written after it, outside the file lock; the same admission
+rules (drakit.plugin.claims.prepare, issue #18). Kills at each crash point:
 test_contract_kill.py."""
 
 from __future__ import annotations
@@ -252,11 +253,12 @@ def test_a_failed_admission_write_keeps_the_hook_errors_of_the_same_call(
     assert h.cdi_files() == [] and h.app.checkpoint.claims() == {}
 
 
-def test_a_failed_admission_write_removes_the_specs_it_wrote(
+def test_a_failed_admission_write_leaves_no_spec(
         harness_factory: Callable[..., DriverHarness], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The admission change wrote the claims' CDI specs (under the file lock), then the disk
-    refused the record: the call answers the checkpoint's error for every claim and no spec
-    is left without a record; once the disk heals the retry prepares them."""
+    """The CDI specs come after the admission write that records the claims
+    PrepareCompleted: when the disk refuses that write, no spec was written; the call
+    answers the checkpoint's error for every claim and once the disk heals the retry
+    prepares them."""
     from drakit.plugin.claims import checkpoint, checkpointlog
 
     h = harness_factory(plugins=[NoHookPlugin()])
@@ -264,14 +266,14 @@ def test_a_failed_admission_write_removes_the_specs_it_wrote(
     written: list[list[str]] = []
 
     def full(*_a: Any, **_k: Any) -> None:
-        written.append([p.name for p in h.cdi_files()])  # what the change had written
+        written.append([p.name for p in h.cdi_files()])  # the specs when the write came
         raise OSError("no space left on device")
 
     monkeypatch.setattr(checkpointlog, "append", full)
     monkeypatch.setattr(checkpoint, "atomic_write", full)
     res = h.prepare(first, second)
     assert all("no space left on device" in r.error for r in res.values()), res
-    assert written and len(written[0]) == 2, written  # the specs existed before the write
+    assert written == [[]], written  # no spec before the record
     assert h.cdi_files() == [] and h.app.checkpoint.claims() == {}
     monkeypatch.undo()
     res = h.prepare(first, second)

@@ -34,8 +34,10 @@ def test_kill_mid_prepare_then_restart_and_retry(
     harness_factory: Callable[..., DriverHarness], point: str, hook: bool
 ) -> None:
     """With a prepare hook (the example plugin) a crash before the completed write leaves
-    both claims PrepareStarted; without one (the hook taken away: no PrepareStarted write,
-    drakit.plugin.claims.prepare) it leaves no record, at most a CDI spec the sweep removes."""
+    both claims PrepareStarted. Without one (the hook taken away: no PrepareStarted write,
+    drakit.plugin.claims.prepare) a crash after the hooks leaves no record; from the
+    admission write on, both claims are PrepareCompleted, and the start-up recovery writes
+    the CDI specs the crash left unwritten before the kubelet can call."""
     if hook:
         h = harness_factory(start=False, subprocess=True, env={"DRAKIT_CRASH_POINT": point})
         names = ("gpu-0", "gpu-1")
@@ -54,18 +56,21 @@ def test_kill_mid_prepare_then_restart_and_retry(
     assert h.process is not None
     assert h.process.wait(timeout=10) == -9  # it killed itself at the point
     on_disk = Checkpoint(h.checkpoint_path).claims()
-    if point == "after-checkpoint-write" or hook:
+    recorded = point == "after-checkpoint-write" or (not hook and point == "after-cdi-write")
+    if recorded or hook:
         assert set(on_disk) == {uid_of(a), uid_of(b)}
-        phase = "PrepareCompleted" if point == "after-checkpoint-write" else "PrepareStarted"
+        phase = "PrepareCompleted" if recorded else "PrepareStarted"
         assert {r.phase for r in on_disk.values()} == {phase}
     else:
         assert on_disk == {}
+    if recorded and not hook:  # at most the first claim's spec was written
+        assert len(h.cdi_files()) < 2
 
     h.env = {} if hook else {WITHOUT_HOOK_ENV: "1"}
     h.stop_plugin(kill=True)
     h.start_plugin()
     # After the start-up recovery, before any retry: consistent, nothing half-prepared.
-    expected = {uid_of(a), uid_of(b)} if point == "after-checkpoint-write" else set()
+    expected = {uid_of(a), uid_of(b)} if recorded else set()
     assert not check_invariants(h.checkpoint_path, h.cdi_dir, expected)
     assert set(Checkpoint(h.checkpoint_path).claims()) == expected
     # The kubelet retries; both claims prepare (or are answered from the checkpoint).

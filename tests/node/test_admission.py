@@ -13,9 +13,13 @@ from drakit.plugin.claims.admission import (
     Admission,
     DeviceHolders,
     admit,
+    admit_into,
+    complete,
     device_holders,
+    drop_recorded,
     drop_started,
     record,
+    release,
 )
 from drakit.plugin.claims.checkpoint import (
     CheckpointState,
@@ -141,6 +145,50 @@ def test_admit_reads_only_and_record_writes_the_decision() -> None:
     state = CheckpointState(dict(claims), dict(marks))
     record(state, Admission(prepared={"a": done}))
     assert state.claims == {"x": claims["x"], "a": done} and "a" not in state.unprepared
+
+
+def test_admit_into_records_a_built_completed_record_only_when_the_claim_is_admitted() -> None:
+    """The one-write path: the caller's PrepareCompleted record of an admitted claim is
+    recorded instead of PrepareStarted; a refused claim's built record is not recorded."""
+    busy = {"x": held("x", "d1")}
+    a, b = plan("a", "d0"), plan("b", "d1")
+    built = {uid: p.started(ME, NOW).model_copy(update={"phase": "PrepareCompleted"})
+             for uid, p in (("a", a), ("b", b))}
+    state = CheckpointState(dict(busy), {"a": UnpreparedRecord(at=NOW - 1)})
+    got = admit_into(state, [a, b, plan("c", "d2")], ME, lambda o: o == ME, NOW,
+                     prepared=built)
+    assert got.prepared == {"a": built["a"]} and set(got.started) == {"c"}
+    assert "still prepared for claim x" in got.refused["b"]
+    assert state.claims == {"x": busy["x"], "a": built["a"], "c": got.started["c"]}
+    assert state.unprepared == {}
+
+
+def test_complete_and_drop_recorded() -> None:
+    done = held("a")
+    claims = {"a": held("a", phase="PrepareStarted"), "b": held("b", phase="PrepareStarted"),
+              "c": held("c")}
+    complete(claims, {"a": done}, ["b"], ME)
+    assert claims == {"a": done, "c": held("c")}
+    # only a record still as the caller wrote it is dropped
+    drop_recorded(claims, {"a": done, "c": held("c", "d7")})
+    assert claims == {"c": held("c")}
+
+
+def test_release_drops_the_records_and_leaves_marks() -> None:
+    a, s = held("a", "d0"), held("s", "d1", phase="PrepareStarted")
+    a = a.model_copy(update={"fingerprint": "fa"})
+    state = CheckpointState({"a": a, "s": s, "k": held("k")},
+                            {"m": UnpreparedRecord(fingerprint="old", at=NOW - 5)})
+    release(state, {"a": a, "s": s}, ["u", "k", "m"], NOW, {"a": "ra", "u": "ru"}, True)
+    assert set(state.claims) == {"k"}
+    assert state.unprepared["a"] == UnpreparedRecord(
+        fingerprint="fa", at=NOW, reservations="ra", namespace="ns", name="c-a",
+        status_owed=True)
+    assert state.unprepared["s"].status_owed is False  # never completed: nothing applied
+    assert state.unprepared["u"] == UnpreparedRecord(fingerprint=None, at=NOW,
+                                                     reservations="ru")
+    assert "k" not in state.unprepared  # a record by now: no mark
+    assert state.unprepared["m"].fingerprint == "old"  # an existing mark is kept
 
 
 def test_drop_started_drops_only_this_owners_started_records() -> None:
