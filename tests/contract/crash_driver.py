@@ -336,7 +336,10 @@ class CrashDriver:
                 for u in uids}
         log = self.h.log_path.read_text(errors="replace").splitlines()
         lines = [ln[:300] for ln in log if any(u in ln for u in uids)][-12:]
-        return f"status_owed {owed}; agent log: " + " | ".join(lines)
+        status = [ln[:300] for ln in log if "AllocatedDeviceStatus" in ln][-8:]
+        alive = "alive" if not self._dead() else "not running"
+        return (f"status_owed {owed}; agent {alive}; agent log: " + " | ".join(lines)
+                + "; its last status lines: " + " | ".join(status))
 
     def cycle(self) -> None:
         prepared = [c for c in self.claims.values() if c.state == "prepared"]
