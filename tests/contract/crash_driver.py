@@ -336,10 +336,11 @@ class CrashDriver:
                 for u in uids}
         log = self.h.log_path.read_text(errors="replace").splitlines()
         lines = [ln[:300] for ln in log if any(u in ln for u in uids)][-12:]
-        status = [ln[:300] for ln in log if "AllocatedDeviceStatus" in ln][-8:]
+        status = [ln[:300] for ln in log if "AllocatedDeviceStatus" in ln
+                  or " ERROR " in ln or " WARNING " in ln][-12:]
         alive = "alive" if not self._dead() else "not running"
         return (f"status_owed {owed}; agent {alive}; agent log: " + " | ".join(lines)
-                + "; its last status lines: " + " | ".join(status))
+                + "; its last status, warning and error lines: " + " | ".join(status))
 
     def cycle(self) -> None:
         prepared = [c for c in self.claims.values() if c.state == "prepared"]
