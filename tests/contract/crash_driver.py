@@ -184,7 +184,9 @@ class CrashDriver:
         self.report.restarts += 1
 
     def _random_kill_timer(self) -> threading.Timer | None:
-        forced = self.kill_first_cycle and self.report.cycles == 0
+        # forced from the first cycle until one random kill has landed (a crash point the
+        # agent hit first leaves the timer nothing to kill)
+        forced = self.kill_first_cycle and self.report.random_kills == 0
         if self.rng.random() >= self.kill_rate and not forced:
             return None
         proc = self.h.process
@@ -320,6 +322,13 @@ class CrashDriver:
 
         deadline = time.monotonic() + STATUS_SETTLE_SECONDS
         while (bad := wrong()) and time.monotonic() < deadline:
+            if self._dead():
+                # A hook that hung past its call ended after the calls and hit an armed crash
+                # point: the agent is gone, as a DaemonSet's pod would be until its restart.
+                # Status settles by a running agent; the window starts again with it.
+                self.log("agent not running during the status check; restarted")
+                self._restart()
+                deadline = time.monotonic() + STATUS_SETTLE_SECONDS
             time.sleep(0.2)
         if bad:
             self.log(f"status not settled ({'applied' if prepared else 'removed'}): {bad}; "

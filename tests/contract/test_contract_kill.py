@@ -105,8 +105,13 @@ def test_crash_driver_with_hanging_hooks_and_status_faults(
     and once the API heals every claim's status settles (applied while prepared, removed
     after)."""
     lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        print(line)  # shown whole with a failure; the assertion message is cut
+
     driver = CrashDriver(tmp_path / "crash", seed=11, kill_rate=0.4, arm_rate=0.5,
-                         log=lines.append, kill_first_cycle=True,
+                         log=log, kill_first_cycle=True,
                          without_prepare_hook=without_prepare_hook,
                          hang_rate=0.4, status_fault_rate=0.5)
     report = driver.run(cycles=12, time_limit=60)
