@@ -284,11 +284,14 @@ class ClaimDevices:
         return out
 
     def completed(self, plan: Plan, started: ClaimRecord, now: float,
-                  outputs: Sequence[PreparedDevice]) -> tuple[ClaimRecord, list[CDIDevice]]:
+                  outputs: Sequence[PreparedDevice],
+                  owe_status: bool = False) -> tuple[ClaimRecord, list[CDIDevice]]:
         """The claim's ``PrepareCompleted`` record (from ``started``, stamped ``now``) and
         its CDI devices, from the prepare hooks' ``outputs`` (one per device of ``plan``, in
-        order). Writes nothing: the caller records the claim and writes the spec
-        (:meth:`write_spec`). A hook that returned no container edits gets
+        order). With ``owe_status`` (status writes on) a record with devices owes the claim
+        its AllocatedDeviceStatus entries (``status_owed``,
+        :mod:`drakit.plugin.claims.owedstatus`). Writes nothing: the caller records the
+        claim and writes the spec (:meth:`write_spec`). A hook that returned no container edits gets
         ``DRAKIT_DEVICE_<NAME>=<pool>/<device>``."""
         devices: list[PreparedDeviceRecord] = []
         cdi: list[CDIDevice] = []
@@ -305,7 +308,8 @@ class ClaimDevices:
             }))
             cdi.append(CDIDevice(name=it.record.cdi_name, container_edits=edits))
         rec = started.model_copy(update={
-            "phase": "PrepareCompleted", "devices": devices, "prepared_at": now})
+            "phase": "PrepareCompleted", "devices": devices, "prepared_at": now,
+            "status_owed": owe_status and bool(devices)})
         return rec, cdi
 
     def write_spec(self, claim_uid: str, cdi: list[CDIDevice]) -> None:
@@ -317,10 +321,12 @@ class ClaimDevices:
         self.crash("after-cdi-write")
 
     def prepare(self, plan: Plan, started: ClaimRecord, now: float,
-                progress: HookProgress | None = None) -> ClaimRecord:
+                progress: HookProgress | None = None,
+                owe_status: bool = False) -> ClaimRecord:
         """Run every device's prepare hook, write the claim's CDI spec; return the
-        ``PrepareCompleted`` record (from ``started``, stamped ``now``). On any error the
-        claim is undone (see the module docstring) and the error raised."""
+        ``PrepareCompleted`` record (from ``started``, stamped ``now``; ``owe_status`` as for
+        :meth:`completed`). On any error the claim is undone (see the module docstring) and
+        the error raised."""
         outputs: list[PreparedDevice] = []
         begun = 0  # devices whose hook was started: a hook that fails half-way is undone too
         try:
@@ -332,7 +338,7 @@ class ClaimDevices:
                 if progress is not None:
                     progress.clear()  # what fails from here on is not the hook's
                 self.crash("after-driver-hook")
-            rec, cdi = self.completed(plan, started, now, outputs)
+            rec, cdi = self.completed(plan, started, now, outputs, owe_status)
             self.write_spec(plan.ref.uid, cdi)
         except Exception:
             # each device's unprepare hook gets the state its prepare hook returned

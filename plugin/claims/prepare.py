@@ -258,12 +258,11 @@ class Prepare:
         for p in plans:
             if p.ref.uid in outputs:
                 try:
-                    rec, specs[p.ref.uid] = self.devices.completed(
-                        p, p.started(owner, now), now, outputs[p.ref.uid])
+                    built[p.ref.uid], specs[p.ref.uid] = self.devices.completed(
+                        p, p.started(owner, now), now, outputs[p.ref.uid],
+                        owe_status=self.status is not None)
                 except Exception as e:  # the hooks' outputs do not make a record
                     errors[p.ref.uid] = _failure(p, e)
-                    continue
-                built[p.ref.uid] = self._owing(rec)
         plans = [p for p in plans if p.ref.uid not in errors]
         try:
             adm = self.checkpoint.update_state(partial(
@@ -435,15 +434,10 @@ class Prepare:
     def _prepared(self, p: Plan, started: ClaimRecord,
                   progress: HookProgress | None = None) -> ClaimRecord:
         """The claim's devices prepared and its CDI spec written: its ``PrepareCompleted``
-        record."""
-        return self._owing(self.devices.prepare(p, started, time.time(), progress=progress))
-
-    def _owing(self, rec: ClaimRecord) -> ClaimRecord:
-        """``rec``, owing the claim its AllocatedDeviceStatus entries when status writes
-        are on (:mod:`drakit.plugin.claims.owedstatus`)."""
-        if self.status is not None and rec.devices:
-            return rec.model_copy(update={"status_owed": True})
-        return rec
+        record, owing the claim its AllocatedDeviceStatus entries when status writes are on
+        (:mod:`drakit.plugin.claims.owedstatus`)."""
+        return self.devices.prepare(p, started, time.time(), progress,
+                                    owe_status=self.status is not None)
 
 
 def _bind_work(work: Callable[[Plan, HookProgress], Any],

@@ -3,6 +3,8 @@ invariants, and small helpers around the harness."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -113,6 +115,19 @@ def check_invariants(checkpoint_path: Path, cdi_dir: Path, believed_prepared: It
         if len(uids) > 1
     )
     return v
+
+
+def lock_free(lock_path: Path | str) -> bool:
+    """True when nobody holds the ``flock`` of ``lock_path`` (the checkpoint's file lock),
+    probed on a descriptor of its own, which a holder in this process blocks too."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the probe's lock
+    return True
 
 
 def uid_of(claim: dict[str, Any]) -> str:

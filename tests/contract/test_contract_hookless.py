@@ -11,7 +11,15 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
-from contract_helpers import DRIVER, NODE, POOL, ControlledPlugin, check_invariants, uid_of
+from contract_helpers import (
+    DRIVER,
+    NODE,
+    POOL,
+    ControlledPlugin,
+    check_invariants,
+    lock_free,
+    uid_of,
+)
 
 from drakit.discovery.model import Device, Pool
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
@@ -191,9 +199,6 @@ def test_a_declared_pure_prepare_runs_outside_the_checkpoint_lock(
         harness_factory: Callable[..., DriverHarness]) -> None:
     """A vendor's prepare that declares prepare_changes_node = False runs before admission,
     not under the checkpoint's file lock: a slow hook never holds up other claims' writes."""
-    import fcntl
-    import os
-
     seen: list[bool] = []
     lock_path: list[str] = []
 
@@ -201,15 +206,7 @@ def test_a_declared_pure_prepare_runs_outside_the_checkpoint_lock(
         name: ClassVar[str] = "probing"
 
         def prepare(self, request: Any) -> Any:
-            fd = os.open(lock_path[0], os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                seen.append(True)
-            except BlockingIOError:
-                seen.append(False)
-            finally:
-                os.close(fd)
+            seen.append(lock_free(lock_path[0]))
             return super().prepare(request)
 
     h = harness_factory(plugins=[Probing()])

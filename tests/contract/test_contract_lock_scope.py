@@ -5,30 +5,15 @@ the orphan-spec sweep, which runs under the lock, never meets a claim in progres
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from contract_helpers import POOL, ControlledPlugin, check_invariants, uid_of
+from contract_helpers import POOL, ControlledPlugin, check_invariants, lock_free, uid_of
 from test_contract_hookless import NoHookPlugin
 
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.testing.harness import DriverHarness
-
-
-def _lock_free(h: DriverHarness) -> bool:
-    """True when no instance holds the checkpoint's file lock (probed on a descriptor of
-    its own, which a holder in this process would block too)."""
-    fd = os.open(h.app.checkpoint.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the probe's lock
-    return True
 
 
 def _on_disk(h: DriverHarness, uid: str) -> str | None:
@@ -49,11 +34,11 @@ def test_specs_are_written_after_the_record_and_removed_before_it_outside_the_lo
     write, remove = h.app.specs.write, h.app.specs.remove
 
     def probing_write(claim_uid: str, *a: Any, **k: Any) -> Any:
-        seen.append(("write", _lock_free(h), _on_disk(h, claim_uid)))
+        seen.append(("write", lock_free(h.app.checkpoint.lock_path), _on_disk(h, claim_uid)))
         return write(claim_uid, *a, **k)
 
     def probing_remove(claim_uid: str, *a: Any, **k: Any) -> Any:
-        seen.append(("remove", _lock_free(h), _on_disk(h, claim_uid)))
+        seen.append(("remove", lock_free(h.app.checkpoint.lock_path), _on_disk(h, claim_uid)))
         return remove(claim_uid, *a, **k)
 
     monkeypatch.setattr(h.app.specs, "write", probing_write)
