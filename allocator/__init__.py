@@ -29,8 +29,8 @@ class AllocationFailed(Exception):
 def explain(claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],
             classes: Iterable[Mapping[str, Any]], node: Mapping[str, Any] | str,
             other_claims: Iterable[Mapping[str, Any]] = ()) -> Any:
-    """:class:`drakit.allocator.explain.Explanation` of ``claim`` on ``node``."""
-    from drakit.allocator.explain import explain as run
+    """:class:`drakit.allocator.explanation.Explanation` of ``claim`` on ``node``."""
+    from drakit.allocator.explanation import explain as run
 
     return run(claim, slices, classes, node, other_claims)
 
@@ -43,7 +43,7 @@ def allocate(claims: Sequence[Mapping[str, Any]], slices: Iterable[Mapping[str, 
     claim that cannot be allocated) when they cannot all be allocated there."""
     from drakit.allocator import objects
     from drakit.allocator.engine import Allocator
-    from drakit.allocator.explain import explain as run
+    from drakit.allocator.explanation import explain as run
     from drakit.allocator.state import from_claims
 
     node_obj = node if isinstance(node, Mapping) else {"metadata": {"name": node}}

@@ -60,7 +60,7 @@ def workload(devices: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
 
 def run_explain(cfg: BenchConfig) -> list[Result]:
     from drakit.allocator.celenv import Environment
-    from drakit.allocator.explain import explain
+    from drakit.allocator.explanation import explain
 
     devices = cfg.scale(1000, 100)
     claim, slices, classes = workload(devices)

@@ -187,49 +187,18 @@ def _inputs(ns: argparse.Namespace) -> tuple[Any, ...]:
     return claim, slices, classes, node, others
 
 
-def _text(e: Any) -> str:
-    lines = [f"claim {e.claim} on node {e.node}: "
-             + ("ALLOCATABLE" if e.allocatable else "NOT ALLOCATABLE")]
-    if e.error:
-        lines.append(f"  error (the scheduler fails the pod with it): {e.error}")
-    lines += [f"  reason: {r}" for r in e.reasons]
-    for p in e.pools:
-        if p["state"] != "complete":
-            lines.append(f"  pool {p['pool']}: {p['state']}")
-    for r in e.requests:
-        want = "all" if r.mode == "All" else str(r.count)
-        lines.append(f"  request {r.request} (class {r.device_class}, {want} device(s)): "
-                     f"{len(r.matched)} match")
-        lines += [f"    match    {d}" for d in r.matched]
-        lines += [f"    no       {u.device}: {u.reason}: {u.detail}" for u in r.unmatched]
-    if e.allocation:
-        picked = ", ".join(f"{d['request']}={d['driver']}/{d['pool']}/{d['device']}"
-                           for d in e.allocation["devices"]["results"])
-        lines.append(f"  the scheduler would allocate: {picked}")
-    return "\n".join(lines)
-
-
-def _pod_text(e: Any) -> str:
-    lines = [f"pod {e.pod} on node {e.node}: "
-             + ("ALLOCATABLE" if e.allocatable else "NOT ALLOCATABLE")]
-    if e.error:
-        lines.append(f"  error (the scheduler fails the pod with it): {e.error}")
-    lines += [f"  reason: {r}" for r in e.reasons]
-    return "\n".join(lines + ["  " + line for c in e.claims for line in _text(c).splitlines()])
-
-
 def explain_main(argv: Sequence[str]) -> int:
     parser = _parser()
     ns = parser.parse_args(argv)
     try:
-        from drakit.allocator.explain import explain, explain_pod
+        from drakit.allocator.explanation import explain, explain_pod
         from drakit.allocator.objects import ObjectError
 
         claim, slices, classes, node, others = _inputs(ns)
         if ns.pod:
             pod = explain_pod(ns.pod, claim, slices, classes, node, others)
             print(json.dumps(pod.to_dict(), indent=2) if ns.output == "json"
-                  else _pod_text(pod))
+                  else str(pod))
             return 0 if pod.allocatable else 1
         result = explain(claim, slices, classes, node, others)
     except (UsageError, ObjectError, ImportError) as e:
@@ -243,5 +212,5 @@ def explain_main(argv: Sequence[str]) -> int:
     if ns.output == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(_text(result))
+        print(result)
     return 0 if result.allocatable else 1

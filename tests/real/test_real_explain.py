@@ -19,7 +19,7 @@ import pytest
 from diff_corpus import CLASSES, D, World, expression_worlds, worlds
 from real_helpers import skip_or_fail
 
-from drakit.allocator.explain import explain
+from drakit.allocator.explanation import explain
 from drakit.plugin.ops.cli import main
 from drakit.plugin.testing.real.controlplane import RealAPIServer, RealClusterError
 

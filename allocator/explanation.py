@@ -66,6 +66,29 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __str__(self) -> str:
+        """The text ``drakit explain`` prints: the verdict, the error, the claim-level
+        reasons, pools not complete, per request the matching devices and each other
+        device's reason, and the devices the scheduler would allocate."""
+        lines = [f"claim {self.claim} on node {self.node}: "
+                 + ("ALLOCATABLE" if self.allocatable else "NOT ALLOCATABLE")]
+        if self.error:
+            lines.append(f"  error (the scheduler fails the pod with it): {self.error}")
+        lines += [f"  reason: {r}" for r in self.reasons]
+        lines += [f"  pool {p['pool']}: {p['state']}" for p in self.pools
+                  if p["state"] != "complete"]
+        for r in self.requests:
+            want = "all" if r.mode == "All" else str(r.count)
+            lines.append(f"  request {r.request} (class {r.device_class}, {want} device(s)): "
+                         f"{len(r.matched)} match")
+            lines += [f"    match    {d}" for d in r.matched]
+            lines += [f"    no       {u.device}: {u.reason}: {u.detail}" for u in r.unmatched]
+        if self.allocation:
+            picked = ", ".join(f"{d['request']}={d['driver']}/{d['pool']}/{d['device']}"
+                               for d in self.allocation["devices"]["results"])
+            lines.append(f"  the scheduler would allocate: {picked}")
+        return "\n".join(lines)
+
 
 def _device_reason(alloc: Allocator, c: Candidate, rd: RequestData,
                    state: AllocatedState) -> DeviceReason | None:
@@ -221,6 +244,17 @@ class PodExplanation:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def __str__(self) -> str:
+        """The text ``drakit explain --pod`` prints for one node: the joint verdict, then
+        each claim's explanation indented."""
+        lines = [f"pod {self.pod} on node {self.node}: "
+                 + ("ALLOCATABLE" if self.allocatable else "NOT ALLOCATABLE")]
+        if self.error:
+            lines.append(f"  error (the scheduler fails the pod with it): {self.error}")
+        lines += [f"  reason: {r}" for r in self.reasons]
+        return "\n".join(lines + ["  " + line for c in self.claims
+                                   for line in str(c).splitlines()])
 
 
 def explain_pod(pod: str, claims: Iterable[Mapping[str, Any]],
