@@ -211,6 +211,12 @@ class DiscoveryPlugin(ABC):
     def __init__(self, context: DiscoveryContext) -> None:
         self.context = context
 
+    def watched_subsystems(self) -> tuple[str, ...]:
+        """The udev subsystems whose uevents re-run this instance's :meth:`discover`: the
+        class's ``subsystems``. A plugin whose subsystems follow from its options (the
+        built-in ``hostdev``: from its rules) overrides this; it is read once, at start."""
+        return tuple(self.subsystems)
+
     @abstractmethod
     def discover(self) -> list[Pool]:
         """Return this plugin's pools with all their devices (the complete current inventory).

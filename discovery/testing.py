@@ -271,6 +271,61 @@ class SysfsBuilder:
         """Remove a network interface (its directory and ``class/net`` link)."""
         self._remove(f"class/net/{name}")
 
+    # -- any device --------------------------------------------------------------------------
+
+    def device(
+        self,
+        rel: str,
+        *,
+        subsystem: str,
+        driver: str | None = None,
+        attrs: dict[str, str] | None = None,
+        uevent: dict[str, str] | None = None,
+        node: tuple[str, int, int] | None = None,
+    ) -> Path:
+        """A device directory ``rel`` (below ``root``, e.g.
+        ``devices/pci0000:00/0000:00:14.0/usb1/1-1``), with a ``uevent`` file (``uevent``
+        properties, one ``KEY=VALUE`` a line), ``subsystem`` → ``class/<subsystem>``,
+        ``driver`` → ``bus/<subsystem>/drivers/<driver>``, and attribute files ``attrs``
+        (written as given: end values with a newline as the kernel does). ``node`` =
+        (``"char"`` | ``"block"``, major, minor) makes it a device with a node: ``dev``,
+        ``MAJOR``/``MINOR`` in the properties, ``dev/<kind>/<major>:<minor>`` → the
+        directory. Create parents first: a parent device is a directory with a
+        ``uevent`` file."""
+        props = dict(uevent or {})
+        files = dict(attrs or {})
+        if node is not None:
+            kind, major, minor = node
+            if kind not in ("char", "block"):
+                raise ValueError(f"node kind is 'char' or 'block', not {kind!r}")
+            props = {"MAJOR": str(major), "MINOR": str(minor), **props}
+            files["dev"] = f"{major}:{minor}\n"
+        files["uevent"] = "".join(f"{k}={v}\n" for k, v in props.items())
+        path = self._abs(rel)
+        self._files(path, files)
+        self._mkdir(self._abs(f"class/{subsystem}"))
+        self.symlink(f"{rel}/subsystem", f"class/{subsystem}")
+        if driver:
+            self._mkdir(self._abs(f"bus/{subsystem}/drivers/{driver}"))
+            self.symlink(f"{rel}/driver", f"bus/{subsystem}/drivers/{driver}")
+        if node is not None:
+            self.symlink(f"dev/{node[0]}/{node[1]}:{node[2]}", rel)
+        return Path(path)
+
+    def remove_device(self, rel: str) -> None:
+        """Remove a device directory (with anything below it) and the ``dev/*`` links
+        that led into it."""
+        real = os.path.realpath(self._abs(rel))
+        for kind in ("char", "block"):
+            directory = self._abs(f"dev/{kind}")
+            for name in os.listdir(directory) if os.path.isdir(directory) else []:
+                link = os.path.join(directory, name)
+                target = os.path.realpath(link)
+                if target == real or target.startswith(real + os.sep):
+                    os.unlink(link)
+        shutil.rmtree(real, ignore_errors=True)
+        self._made_dirs.clear()
+
     def _remove(self, rel_link: str) -> None:
         link = self._abs(rel_link)
         if os.path.islink(link):

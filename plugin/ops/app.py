@@ -187,7 +187,7 @@ class App:
             on_reregister=self._on_reregister,
             supervisor=self.supervisor,
         )
-        subsystems = sorted({sub for p in plugins for sub in p.subsystems})
+        subsystems = sorted({sub for p in plugins for sub in p.watched_subsystems()})
         self.hotplug: HotplugMonitor | None = None
         if subsystems:  # pyudev and the monitor are loaded only when a plugin watches one
             from drakit.discovery.hotplug import HotplugMonitor

@@ -55,7 +55,7 @@ class Inventory:
         """
         changed = False
         for plugin in self.plugins:
-            if subsystems is not None and not subsystems & set(plugin.subsystems):
+            if subsystems is not None and not subsystems & set(plugin.watched_subsystems()):
                 continue
             try:
                 pools = plugin.discover()

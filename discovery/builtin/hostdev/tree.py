@@ -186,34 +186,43 @@ class DeviceTree:
         if use_udev is None:
             use_udev = os.path.normpath(os.fspath(sysfs_root)) == "/sys"
         self._udev: Any = None
+        self._context: Any = None
         if use_udev:
             import pyudev
 
             self._udev = pyudev
+            self._context = pyudev.Context()   # one: each loads libudev (ldconfig -p)
 
     def _view(self, path: str) -> HostDevice | None:
         if self._udev is None:
             return SysfsDevice(self.sysfs, path)
         try:
-            return UdevDevice(self._udev.Devices.from_sys_path(self._udev.Context(), path))
+            return UdevDevice(self._udev.Devices.from_sys_path(self._context, path))
         except self._udev.DeviceNotFoundError:
             return None  # gone since the listing
 
-    def by_number(self, kind: str, major: int, minor: int) -> NodeEntry | None:
-        """The device with node ``kind`` ``major``:``minor``, or None."""
+    def by_number(self, kind: str, major: int, minor: int,
+                  subsystems: frozenset[str] | None = None) -> NodeEntry | None:
+        """The device with node ``kind`` ``major``:``minor``, or None (also when
+        ``subsystems`` is given and its subsystem is not among them: read from the
+        ``subsystem`` link before the device is opened)."""
         real = self.sysfs.resolve(f"dev/{kind}/{major}:{minor}")
         if real is None:
+            return None
+        if subsystems is not None and \
+                self.sysfs.link_name(os.path.join(real, "subsystem")) not in subsystems:
             return None
         view = self._view(real)
         return NodeEntry(kind, major, minor, view) if view is not None else None
 
-    def nodes(self) -> Iterator[NodeEntry]:
-        """Every device listed in ``dev/char`` and ``dev/block``, in listing order."""
+    def nodes(self, subsystems: frozenset[str] | None = None) -> Iterator[NodeEntry]:
+        """Every device listed in ``dev/char`` and ``dev/block`` (of ``subsystems`` only,
+        when given), in listing order."""
         for kind in NODE_KINDS:
             for entry in self.sysfs.list_dir(f"dev/{kind}"):
                 major, sep, minor = entry.partition(":")
                 if not (sep and major.isdigit() and minor.isdigit()):
                     continue
-                node = self.by_number(kind, int(major), int(minor))
+                node = self.by_number(kind, int(major), int(minor), subsystems)
                 if node is not None:
                     yield node

@@ -1,0 +1,235 @@
+"""The hostdev discoverer inside the real agent: the embedded API server, the fake kubelet,
+this machine's /sys and /dev, kernel uevents of real loop devices, podman on the CDI specs.
+
+The three sharing modes go through the allocating test kit (the scheduler's rules); the
+hot-plug test measures how long an attached loop device takes to be published.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drakit.allocator import AllocationFailed
+from drakit.plugin.testing.harness import DriverHarness
+
+DRIVER = "hostdev.drakit.dev"
+NODE = "node-1"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices need root")
+
+RULES: list[dict[str, Any]] = [
+    {"name": "kvm", "match": 'KERNEL=="kvm", SUBSYSTEM=="misc"', "sharing": "shared",
+     "env": "KVM_DEVICE"},
+    {"name": "fuse", "match": "/dev/fuse", "sharing": 2, "permissions": "rw"},
+    {"name": "tun", "match": "/dev/net/tun", "fileMode": "0600", "uid": 0, "gid": 0},
+    {"name": "loop", "match": 'SUBSYSTEM=="block", KERNEL=="loop[0-9]*", ATTR{size}!="0"',
+     "env": "LOOP_DEVICE", "permissions": "r"},
+]
+
+
+def needs(*paths: str) -> None:
+    for path in paths:
+        if not os.path.exists(path):
+            pytest.skip(f"{path} does not exist on this machine")
+
+
+def class_of(rule: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"hostdev-{rule}"}, "spec": {"selectors": [{"cel": {
+        "expression": f'device.driver == "{DRIVER}" && '
+                      f'device.attributes["{DRIVER}"].rule == "{rule}"'}}]}}
+
+
+def claim(name: str, rule: str, **exactly: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": {"devices": {
+        "requests": [{"name": "dev", "exactly": {"deviceClassName": f"hostdev-{rule}",
+                                                 **exactly}}]}}}
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[DriverHarness]:
+    needs("/dev/kvm", "/dev/fuse", "/dev/net/tun")
+    with DriverHarness(tmp_path / "h", driver_name=DRIVER, discovery=["hostdev"],
+                       plugin_options={"hostdev": {"rules": RULES}}) as h:
+        for rule in ("kvm", "fuse", "tun", "loop"):
+            h.apiserver.create_object("deviceclasses", class_of(rule))
+        yield h
+
+
+def spec_of(h: DriverHarness, claim_uid: str) -> dict[str, Any]:
+    [path] = [p for p in h.cdi_files() if claim_uid in p.name]
+    return dict(json.loads(path.read_text()))
+
+
+def prepared(h: DriverHarness, c: dict[str, Any]) -> dict[str, Any]:
+    uid = c["metadata"]["uid"]
+    result = h.prepare(c)[uid]
+    assert result.error == "", result.error
+    return spec_of(h, uid)
+
+
+def test_the_three_sharing_modes(harness: DriverHarness) -> None:
+    h = harness
+    assert {("node-1", n) for n in ("kvm", "fuse", "tun")} <= set(h.devices())
+    # shared: any number of claims get /dev/kvm
+    kvm = [h.allocate_as_scheduler(claim(f"kvm-{i}", "kvm")) for i in range(3)]
+    for c in kvm:
+        [result] = c["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == "kvm"
+        [dev] = prepared(h, c)["devices"]
+        [node] = dev["containerEdits"]["deviceNodes"]
+        assert (node["path"], node["type"], node["major"], node["minor"]) == (
+            "/dev/kvm", "c", 10, 232)
+        assert "KVM_DEVICE=/dev/kvm" in dev["containerEdits"]["env"]
+    # exclusive: /dev/net/tun goes to one claim at a time
+    tun = h.allocate_as_scheduler(claim("tun-0", "tun"))
+    with pytest.raises(AllocationFailed):
+        h.allocate_as_scheduler(claim("tun-1", "tun"))
+    [dev] = prepared(h, tun)["devices"]
+    [node] = dev["containerEdits"]["deviceNodes"]
+    assert (node["path"], node["fileMode"], node["uid"], node["gid"]) == (
+        "/dev/net/tun", 0o600, 0, 0)
+    # two slots: two claims of one slot each, a third does not fit
+    fuse = [h.allocate_as_scheduler(claim(f"fuse-{i}", "fuse")) for i in range(2)]
+    for c in fuse:
+        [result] = c["status"]["allocation"]["devices"]["results"]
+        assert result["consumedCapacity"] == {"slots": "1"}
+        [dev] = prepared(h, c)["devices"]
+        assert dev["containerEdits"]["deviceNodes"][0]["permissions"] == "rw"
+    with pytest.raises(AllocationFailed):
+        h.allocate_as_scheduler(claim("fuse-2", "fuse"))
+    # nothing of the claims is left after unprepare
+    for c in [*kvm, tun, *fuse]:
+        assert h.unprepare(c) == {c["metadata"]["uid"]: ""}
+    assert h.cdi_files() == []
+
+
+# -- loop devices: hot-plug and health -------------------------------------------------------
+
+
+class Loop:
+    """A loop device attached to a file of a known pattern (detached at the end)."""
+
+    def __init__(self, backing: Path, pattern: bytes = b"drakit-hostdev-", size: int = 1 << 20
+                 ) -> None:
+        self.backing = backing
+        self.pattern = pattern
+        backing.write_bytes((pattern * (size // len(pattern) + 1))[:size])
+        self.path: str | None = None
+
+    def attach(self) -> str:
+        out = subprocess.run(["losetup", "-f", "--show", str(self.backing)], check=True,
+                             capture_output=True, text=True, timeout=30)
+        self.path = out.stdout.strip()
+        return self.path
+
+    def detach(self) -> None:
+        if self.path is not None:
+            subprocess.run(["losetup", "-d", self.path], check=False, timeout=30)
+            self.path = None
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Iterator[Loop]:
+    if shutil.which("losetup") is None:
+        pytest.skip("losetup is not installed")
+    lo = Loop(tmp_path / "backing.img")
+    yield lo
+    lo.detach()
+
+
+def wait_published(h: DriverHarness, name: str, present: bool, timeout: float) -> float:
+    """Seconds until device ``name`` is (or is no longer) in the published slices."""
+    started = time.monotonic()
+    h.wait_for(lambda: (("node-1", name) in h.devices()) == present, timeout,
+               f"device {name} {'published' if present else 'gone'}", interval=0.005)
+    return time.monotonic() - started
+
+
+@root_only
+def test_a_loop_device_attached_is_published_within_a_second(
+        harness: DriverHarness, loop: Loop, record_property: Callable[[str, Any], None]) -> None:
+    h = harness
+    path = loop.attach()
+    name = "loop-" + os.path.basename(path)
+    took = wait_published(h, name, True, 1.0)
+    record_property("hotplug_add_seconds", round(took, 3))
+    [dev] = [d for s in h.slices() for d in s["spec"]["devices"] if d["name"] == name]
+    assert dev["capacity"]["size"] == {"value": str(1 << 20)}
+    loop.detach()   # size 0 again: the rule no longer matches
+    took = wait_published(h, name, False, 1.0)
+    record_property("hotplug_remove_seconds", round(took, 3))
+
+
+@root_only
+def test_a_prepared_loop_device_removed_is_unhealthy_until_it_returns(
+        harness: DriverHarness, loop: Loop) -> None:
+    h = harness
+    path = loop.attach()
+    name = "loop-" + os.path.basename(path)
+    wait_published(h, name, True, 5.0)
+    c = h.allocate("uses-loop", [("node-1", name)])
+    [dev] = prepared(h, c)["devices"]
+    [node] = dev["containerEdits"]["deviceNodes"]
+    assert (node["path"], node["type"], node["major"], node["permissions"]) == (
+        path, "b", 7, "r")
+    assert f"LOOP_DEVICE={path}" in dev["containerEdits"]["env"]
+    watch = h.kubelet.watch_health(DRIVER)
+    try:
+        def health() -> str | None:
+            return next((r.health for r in watch.latest or [] if r.device_name == name), None)
+
+        h.wait_for(lambda: health() == "Healthy", 15, f"{name} Healthy")
+        loop.detach()
+        h.wait_for(lambda: health() == "Unhealthy", 15, f"{name} Unhealthy after detach")
+        again = loop.attach()
+        if again != path:   # another test took that loop device meanwhile
+            pytest.skip(f"the loop device came back as {again}, not {path}")
+        h.wait_for(lambda: health() == "Healthy", 15, f"{name} Healthy when back")
+    finally:
+        watch.cancel()
+    assert h.unprepare(c) == {c["metadata"]["uid"]: ""}
+
+
+@root_only
+def test_a_loop_device_gone_before_prepare_fails_that_claim_only(
+        harness: DriverHarness, loop: Loop) -> None:
+    h = harness
+    path = loop.attach()
+    name = "loop-" + os.path.basename(path)
+    wait_published(h, name, True, 5.0)
+    gone = h.allocate("gone", [("node-1", name)])
+    fine = h.allocate_as_scheduler(claim("fine", "kvm"))
+    loop.detach()
+    wait_published(h, name, False, 5.0)
+    results = h.prepare(gone, fine)
+    assert f"device node-1/{name} is not in this node's inventory" in \
+        results[gone["metadata"]["uid"]].error
+    assert results[fine["metadata"]["uid"]].error == ""
+
+
+@root_only
+def test_a_node_gone_before_discovery_sees_it_fails_the_claim_naming_the_node(
+        tmp_path: Path) -> None:
+    """No uevent for a node removed from a dev root of its own: the inventory still has
+    the device when the prepare comes, and the prepare names the node that is gone."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    os.mknod(dev / "widget0", 0o600 | stat.S_IFCHR, os.makedev(240, 77))
+    rules = [{"name": "widget", "match": "/dev/widget*"}]
+    with DriverHarness(tmp_path / "h", driver_name=DRIVER, discovery=["hostdev"],
+                       plugin_options={"hostdev": {"rules": rules}}, dev_root=dev) as h:
+        assert h.devices() == [("node-1", "widget-widget0")]
+        c = h.allocate("w", [("node-1", "widget-widget0")])
+        (dev / "widget0").unlink()
+        error = h.prepare(c)[c["metadata"]["uid"]].error
+        assert "hostdev device widget-widget0: node /dev/widget0 is gone" in error
+        assert h.cdi_files() == []
