@@ -7,12 +7,11 @@ DRAFractionalCapacityRange on as in 1.37)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from fractions import Fraction
+from decimal import Decimal
 from typing import Any
 
-from drakit.allocator import quantity as qty
+from drakit.plugin.slices import quantity as qty
 
 Consumed = dict[str, qty.Quantity]
 
@@ -26,7 +25,8 @@ def _q(v: Any) -> qty.Quantity | None:
 
 
 def _milli_ok(q: qty.Quantity) -> bool:
-    return (q.value * 1000).denominator == 1
+    milli = q.milli()
+    return milli == milli.to_integral_value()
 
 
 def _use_milli(rng: Mapping[str, Any]) -> bool:
@@ -48,15 +48,15 @@ def _round_up_range(req: qty.Quantity, rng: Mapping[str, Any]) -> qty.Quantity:
     step = _q(rng.get("step"))
     if step is None:
         return req
-    unit = Fraction(1, 1000) if _use_milli(rng) else Fraction(1)
-    if unit != 1 and not _milli_ok(req):
+    milli = _use_milli(rng)
+    if milli and not _milli_ok(req):
         raise CapacityError(f"request {req} is not a representable milli value")
-    if unit == 1:
-        r, s, m = req.ceil_int(), step.ceil_int(), lo.ceil_int()
-    else:
+    if milli:
         r, s, m = req.ceil_milli(), step.ceil_milli(), lo.ceil_milli()
-    n = math.ceil(Fraction(r - m, s))
-    return qty.Quantity((m + s * n) * unit, req.binary)
+    else:
+        r, s, m = req.ceil_int(), step.ceil_int(), lo.ceil_int()
+    n = -((m - r) // s)  # ceil((r - m) / s) in integers
+    return qty.Quantity(Decimal(f"{m + s * n}e{-3 if milli else 0}"), req.format)
 
 
 def consumed_by(request: Mapping[str, Any] | None, cap: Mapping[str, Any],
@@ -121,13 +121,11 @@ def fits(request: Mapping[str, Any] | None, device: Mapping[str, Any],
             raise CapacityError(f"capacity {name!r}: capacity value is negative")
         if _violates(use, cap.get("requestPolicy") or {}):
             return False, f"capacity {name}: {use} is not allowed by its requestPolicy"
-        total = use.value + already.get(name, qty.ZERO).value + \
-            allocating.get(name, qty.ZERO).value
+        taken = already.get(name, qty.ZERO) + allocating.get(name, qty.ZERO)
         value = qty.parse(cap.get("value", "0"))
-        if total > value.value:
-            return False, (f"capacity {name}: {use} requested, "
-                           f"{qty.Quantity(value.value - already.get(name, qty.ZERO).value - allocating.get(name, qty.ZERO).value)}"  # noqa: E501
-                           f" of {value} left")
+        if (use + taken).value > value.value:
+            left = value - taken
+            return False, f"capacity {name}: {use} requested, {left} of {value} left"
     return True, ""
 
 

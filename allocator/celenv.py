@@ -27,12 +27,12 @@ import itertools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
+from decimal import Decimal
 from functools import cache, lru_cache
 from typing import Any, Final
 
-from drakit.allocator import quantity as qty
 from drakit.allocator import semver as sv
+from drakit.plugin.slices import quantity as qty
 
 #: resource.k8s.io/v1 CELSelectorExpressionMaxCost
 CEL_SELECTOR_MAX_COST: Final = 1_000_000
@@ -100,7 +100,7 @@ class _Types:
                                           ("pre", 9)]):
             sem.field.add(name=name, number=i + 1, type=kind, label=1)
         q = fdp.message_type.add(name="Quantity")
-        q.field.add(name="value", number=1, type=9, label=1)  # "num/den", exact
+        q.field.add(name="value", number=1, type=9, label=1)  # the Decimal's text, exact
         self.pool = descriptor_pool.DescriptorPool()
         self.pool.Add(fdp)
         self.semver_cls: Any = message_factory.GetMessageClass(
@@ -116,7 +116,7 @@ class _Types:
         return sv.Semver(m.major, m.minor, m.patch, tuple(m.pre.split(".")) if m.pre else ())
 
     def quantity(self, q: qty.Quantity) -> Any:
-        return self.quantity_cls(value=f"{q.value.numerator}/{q.value.denominator}")
+        return self.quantity_cls(value=str(q.value))
 
     @staticmethod
     def to_quantity(m: Any) -> qty.Quantity:
@@ -125,7 +125,7 @@ class _Types:
 
 @lru_cache(maxsize=4096)
 def _quantity_of(text: str) -> qty.Quantity:
-    return qty.Quantity(Fraction(text or "0"))
+    return qty.Quantity(Decimal(text or "0"))
 
 
 def _cmp(a: Any, b: Any) -> int:
@@ -251,11 +251,11 @@ def _extensions(cel: Any, t: _Types) -> list[Any]:
         "add": [
             overload("quantity_add", QTY, [QTY, QTY], lambda a, b: q(tq(a) + tq(b)), True),
             overload("quantity_add_int", QTY, [QTY, T.INT],
-                     lambda a, b: q(tq(a) + qty.from_int(b)), True)],
+                     lambda a, b: q(tq(a) + qty.Quantity(Decimal(b))), True)],
         "sub": [
             overload("quantity_sub", QTY, [QTY, QTY], lambda a, b: q(tq(a) - tq(b)), True),
             overload("quantity_sub_int", QTY, [QTY, T.INT],
-                     lambda a, b: q(tq(a) - qty.from_int(b)), True)],
+                     lambda a, b: q(tq(a) - qty.Quantity(Decimal(b))), True)],
         "semver": [
             overload("string_to_semver", SEM, [T.STRING], semver_of, False),
             overload("string_bool_to_semver", SEM, [T.STRING, T.BOOL], semver_of, False)],

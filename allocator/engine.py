@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from drakit.allocator import celenv
-from drakit.allocator import quantity as qty
 from drakit.allocator.capacity import CapacityError, Consumed, consumption, fits
 from drakit.allocator.celenv import DeviceValue, Environment, default_environment
 from drakit.allocator.nodes import node_matches
 from drakit.allocator.pools import Pool, gather
 from drakit.allocator.state import AllocatedState
+from drakit.plugin.slices import quantity as qty
 
 #: resource.k8s.io/v1 AllocationResultsMaxSize
 ALLOCATION_RESULTS_MAX_SIZE: Final = 32

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drakit.allocator import quantity as qty
 from drakit.allocator.nodes import node_matches
+from drakit.plugin.slices import quantity as qty
 
 
 @dataclass

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from drakit.allocator import quantity as qty
+from drakit.plugin.slices import quantity as qty
 
 
 @dataclass

@@ -23,7 +23,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
-from fractions import Fraction
+from decimal import Decimal
 from typing import Any
 
 D = "gpu.example.com"
@@ -74,8 +74,8 @@ CORPUS: list[tuple[str, Any]] = [
 ]
 
 
-def _q(text: str) -> Fraction:
-    from drakit.allocator.quantity import parse
+def _q(text: str) -> Decimal:
+    from drakit.plugin.slices.quantity import parse
 
     return parse(text).value
 
@@ -89,7 +89,7 @@ def celpy_adapter() -> Callable[[str], Any]:
     from drakit.allocator import semver as sv
 
     class Quantity:
-        def __init__(self, v: Fraction) -> None:
+        def __init__(self, v: Decimal) -> None:
             self.v = v
 
         def __eq__(self, o: object) -> bool:
@@ -199,13 +199,13 @@ def speed_us(run: Callable[[str], Any], n: int) -> float:
 
 
 def rss_mb(name: str) -> float:
-    """VmRSS gained by a fresh interpreter (drakit.allocator.quantity already imported on
+    """VmRSS gained by a fresh interpreter (drakit.plugin.slices.quantity already imported on
     both sides) importing the library and evaluating once."""
     script = textwrap.dedent(f"""
         import re
         def rss():
             return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read())[1])
-        import drakit.allocator.quantity, drakit.allocator.semver, google.protobuf
+        import drakit.plugin.slices.quantity, drakit.allocator.semver, google.protobuf
         before = rss()
         from bench.celchoice import ADAPTERS
         run = ADAPTERS[{name!r}][1]()

@@ -22,7 +22,13 @@ from typing import Any, Final
 from drakit.plugin.slices import fielderrors as fe
 from drakit.plugin.slices import formats
 from drakit.plugin.slices.fielderrors import FieldError
-from drakit.plugin.slices.quantity import MAX_INT64, Quantity, QuantityError, parse
+from drakit.plugin.slices.quantity import (
+    MAX_INT64,
+    QUANTITY_ERROR,
+    Quantity,
+    QuantityError,
+    parse,
+)
 
 MAX_DEVICES: Final = 128
 MAX_DEVICES_RESTRICTED: Final = 64
@@ -127,8 +133,9 @@ def _quantity(value: Any, path: str, errs: list[FieldError]) -> Quantity | None:
         return None
     try:
         return parse(value)
-    except QuantityError as exc:
-        errs.append(fe.invalid(path, value if isinstance(value, str) else str(value), str(exc)))
+    except QuantityError:
+        errs.append(fe.invalid(path, value if isinstance(value, str) else str(value),
+                               QUANTITY_ERROR))
         return None
 
 
@@ -374,7 +381,7 @@ def _valid_range(value: Quantity, default: Quantity | None, vr: Any, p: str,
         for name, q in named.items():
             if q is None:
                 continue
-            scaled = q.value * 1000
+            scaled = q.milli()
             if scaled != scaled.to_integral_value() or abs(scaled) > MAX_INT64:
                 errs.append(fe.invalid(fe.child(rpath, name), str(q),
                                        "value cannot be represented as a milli value"))
