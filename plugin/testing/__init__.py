@@ -11,17 +11,13 @@
   :mod:`drakit.plugin.testing.pytest_plugin` (the fixtures).
 
 The names below are loaded on first use (PEP 562), so importing this package (as the pytest
-plugin does) costs nothing until a name is used. The module paths of the kit before this cut
-(``drakit.plugin.testing.apiserver_store``, ``.realcluster``, ``.fake_kubelet`` ...) still
-import, with a DeprecationWarning, for one release: :mod:`drakit.plugin.testing._moved`.
+plugin does) costs nothing until a name is used.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
-
-from drakit.plugin.testing import _moved
 
 if TYPE_CHECKING:
     from drakit.plugin.testing.apiserver.claims import AllocatedDevice
@@ -106,8 +102,6 @@ __all__ = [
     "find_k8s_bin_dir",
     "start_real_apiserver",
 ]
-
-_moved.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """Compare a ClusterRole with the API requests a component actually made.
 
 The embedded API server records every request as a ``RequestRecord`` (RBAC verb, API
-group, resource, subresource, name…; plugin/testing/apiserver_log.py). :func:`compare`
+group, resource, subresource, name…; plugin/testing/apiserver/requestlog.py). :func:`compare`
 answers two questions the deploy checks ask of a harness run:
 
 - which requests would the real API server refuse, because no rule grants them
