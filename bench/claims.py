@@ -36,7 +36,7 @@ from drakit.plugin.testing.kubelet.fake import FakeKubelet
 
 ClaimRef = tuple[str, str, str]
 CALL_TIMEOUT = 30.0
-#: Concurrent callers of the throughput figure (issue 9).
+#: Concurrent callers of the throughput figure.
 CALLERS = 16
 
 

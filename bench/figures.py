@@ -1,7 +1,7 @@
-"""The figures of ``make bench``: names, goals (issues 9 and 18) and measured results.
+"""The figures of ``make bench``: names, goals and measured results.
 
 The ``vsgo_*`` figures are ratios drakit / Go reference driver (``bench/vsgo.py``); their
-goals (issue 18) are on the median of the per-round ratios."""
+goals are on the median of the per-round ratios."""
 
 from __future__ import annotations
 

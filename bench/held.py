@@ -1,5 +1,5 @@
 """Prepare / unprepare latency with 1,000 claims prepared and held, beside an empty node, for
-drakit and the Go reference driver (issue 30, item 7).
+drakit and the Go reference driver.
 
 Per round, four agents run side by side, each behind its own fake kubelet and embedded API
 server with 1,001 generated devices: ``drakit`` and ``go_status`` (the Go reference driver

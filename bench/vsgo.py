@@ -1,4 +1,4 @@
-"""drakit against the Go reference driver (``bench/go``, issue 18), side by side in one run.
+"""drakit against the Go reference driver (``bench/go``), side by side in one run.
 
 Four arms, each a fresh agent per round behind its own fake kubelet and embedded API server
 (all in this process, as in the claims group): ``drakit`` (``drakit run``, example
@@ -23,7 +23,7 @@ Cold publish: per round a fresh drakit and a fresh Go agent with 10,000 devices,
 until every device is in a ResourceSlice.
 
 Each ``vsgo_*`` figure's samples are the per-round ratios drakit / Go-with-status (its goal
-from issue 18); ``extra`` keeps every arm's per-round values and the ratios to Go without
+on their median); ``extra`` keeps every arm's per-round values and the ratios to Go without
 status; :func:`side_by_side` prints both pairings, with status and without.
 """
 

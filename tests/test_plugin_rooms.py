@@ -20,7 +20,7 @@ The rooms, top to bottom (docs/architecture.md):
 ``testing/``: the kit has its own (tests/kit/test_testing_imports.py).
 
 Imports under ``if TYPE_CHECKING:`` name a type for an annotation and never run: they are left
-out of both checks (today one: ``events`` names ``slices.validate.ValidationIssue`` in the
+out of both checks (one: ``events`` names ``slices.validate.ValidationIssue`` in the
 signature of ``Events.slice_validation_issue``).
 """
 

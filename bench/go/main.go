@@ -1,4 +1,4 @@
-// Command drakit-bench-go is the Go reference of `make bench` (drakit issue 18): a small DRA
+// Command drakit-bench-go is the Go reference of `make bench`: a small DRA
 // kubelet plugin on k8s.io/dynamic-resource-allocation v0.37.2 (kubeletplugin +
 // resourceslice), doing per claim the same durable work as drakit:
 //

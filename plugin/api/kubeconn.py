@@ -9,7 +9,7 @@ a proxy.
 Why not urllib3 for these too: its per-request layer (URL re-encoding, ``Retry`` objects,
 the dropped-connection check, its response wrapper) costs about as much client CPU as the
 request itself. A ResourceClaim GET against ``EmbeddedAPIServer``, median client CPU of
-600 calls, 2026-12-01: 228 to 304 µs through the urllib3 pool, 114 to 150 µs here; an agent
+600 calls: 228 to 304 µs through the urllib3 pool, 114 to 150 µs here; an agent
 sends three such requests per prepare + unprepare pair (the claim GET and two status
 applies).
 

@@ -15,7 +15,7 @@ parameter and body serialisation, response deserialisation): a ResourceClaim GET
   socket settings).
 
 Two tricks stay because they pay (client CPU per call against ``EmbeddedAPIServer`` with a
-kubeconfig-loaded ApiClient, minimum of 3 x 6 rounds of 600 calls, 2026-12-01):
+kubeconfig-loaded ApiClient, minimum of 3 x 6 rounds of 600 calls):
 
 - the auth settings are computed at most once per :data:`AUTH_REUSE_SECONDS`: the
   kubeconfig loader's refresh hook re-applies the kubeconfig on every call (GET 146 →

@@ -58,8 +58,8 @@ def collector_paused() -> Iterator[None]:
     For start-up, up to :func:`freeze_startup_objects`: what it builds (modules, classes,
     the inventory, the desired slices) lives for the process, so the collections it
     triggers find nearly nothing. With 10,000 generated devices they took 0.26-0.29 s of a
-    0.85-0.97 s start-up (447 collections; imports, discovery and the first desired state,
-    measured 2026-12-01), on the way to the first ResourceSlice. Garbage cycles made
+    0.85-0.97 s start-up (447 collections; imports, discovery and the first desired state),
+    on the way to the first ResourceSlice. Garbage cycles made
     meanwhile wait for the one collection of :func:`freeze_startup_objects`."""
     enabled = gc.isenabled()
     gc.disable()

@@ -4,7 +4,7 @@ The slices name their Node as owner by UID (:mod:`drakit.plugin.slices.owner`). 
 Node is deleted and registered again by the kubelet it has a new ``metadata.uid``; the
 garbage collector deletes every slice naming the old one. Without this watch the publisher
 learns the new UID only when one of its slices is deleted by someone else and its
-re-creation backoff has passed (17.7 s measured on a real node, issue 30). The watch
+re-creation backoff has passed (17.7 s measured on a real node). The watch
 (``GET /api/v1/nodes?fieldSelector=metadata.name=<node>&watch=true``, one object) tells it at
 once: an ``ADDED`` or ``MODIFIED`` event with a UID other than the owner's gives the owner
 the new UID and asks the publisher for a resync, which rewrites the slices' owner reference

@@ -6,7 +6,7 @@ owner by UID: when the Node is deleted — or deleted and registered again by th
 which gives it a new ``metadata.uid`` — every slice that names the old UID is deleted within
 milliseconds. A publisher that keeps the UID it read once re-creates the slices with the
 same gone owner, and the collector deletes them again: the pool churns without end and the
-scheduler sees the devices only for milliseconds at a time (issue #20, observed with a real
+scheduler sees the devices only for milliseconds at a time (observed with a real
 kube-controller-manager: 425 pool generations in 7.5 minutes).
 
 :class:`NodeOwner` keeps the UID but reads the Node again whenever there is a reason to

@@ -1,7 +1,7 @@
 """Split a validated pool into ResourceSlice specs within the API's limits.
 
 Rules (the limits of k8s.io/api resource/v1 types.go, Kubernetes 1.35+, e.g.
-ResourceSliceMaxDevices and ResourceSliceMaxCounterSets; issue 4):
+ResourceSliceMaxDevices and ResourceSliceMaxCounterSets):
 
 * counter sets go into slices of their own, never together with devices (1.35+), at most 8
   counter sets per slice; they come first. For Kubernetes ≤ 1.34 (``with_devices``), where a

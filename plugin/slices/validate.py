@@ -1,6 +1,6 @@
 """Validate a pool before it is published, and decide what to leave out.
 
-Policy (issue 4): a device that breaks an API rule is left out and the rest of the pool is
+Policy: a device that breaks an API rule is left out and the rest of the pool is
 published; an attribute that breaks a rule is dropped and its device kept; a counter set that
 breaks a rule is dropped (and with it the devices that consume from it); a pool whose name
 or node selection is invalid is skipped as a whole. Each decision is one

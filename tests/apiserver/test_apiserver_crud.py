@@ -144,7 +144,7 @@ def test_field_and_label_selectors(resource_api: client.ResourceV1Api,
     assert names(label_selector="tier=net") == ["c"]
     assert names(label_selector="tier in (net,storage)") == ["c"]
     assert names(label_selector="!tier") == ["a", "b"]
-    # spec.pool.name is a ResourceSlice field label on the real server (issue 15)
+    # spec.pool.name is a ResourceSlice field label on the real server
     assert names(field_selector="spec.pool.name=node-a") == ["a", "c"]
     assert names(field_selector="spec.pool.name=node-b,spec.driver=gpu.example.com") == ["b"]
     with pytest.raises(client.ApiException) as info:

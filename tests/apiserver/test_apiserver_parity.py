@@ -1,4 +1,4 @@
-"""The embedded API server gives kube-apiserver 1.37.2's answers (issue 15): the recorded
+"""The embedded API server gives kube-apiserver 1.37.2's answers: the recorded
 sequence of tests/apiserver/parity.py, plus the checks that need a closer look (messages,
 warnings, headers). The same sequence runs against the real server in
 tests/real/test_real_differential.py."""
@@ -68,7 +68,7 @@ def test_stale_uid_in_apply_is_422_immutable(http: Client) -> None:
 
 def test_protobuf_is_415_naming_json(http: Client) -> None:
     """client-go v0.37 writes built-in types as protobuf by default; the embedded server
-    speaks JSON only and says so (it used to answer 500 UnicodeDecodeError)."""
+    speaks JSON only and says so (415, not a 500 of a failed decode)."""
     body = b"k8s\x00\n\x1a\n\x13resource.k8s.io/v1\x12\rResourceSlice\x12\xff\xfe"
     answer = http.send("POST", SLICES, body, content_type="application/vnd.kubernetes.protobuf",
                        accept="application/vnd.kubernetes.protobuf, application/json")

@@ -1,5 +1,6 @@
 """One claim UID rule: the kubelet-facing check (drakit.plugin.names) and the CDI store's check
-(drakit.cdi.names) are the same rule, with the vectors on which they used to disagree."""
+(drakit.cdi.names) are the same rule, tested with the vectors where two separate checks could
+disagree."""
 
 from __future__ import annotations
 

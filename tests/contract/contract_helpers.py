@@ -68,7 +68,7 @@ class ControlledPlugin(DiscoveryPlugin):
 
 @dataclass
 class Violations:
-    """The crash-consistency invariants (issue 10), each a list of offending claim UIDs or
+    """The crash-consistency invariants, each a list of offending claim UIDs or
     devices."""
 
     kubelet_prepared_missing: list[str] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Crash-consistency driver (issue 10): many prepare/unprepare cycles through the fake kubelet
+"""Crash-consistency driver: many prepare/unprepare cycles through the fake kubelet
 against a ``drakit run`` subprocess (crash_agent.py) that is killed with SIGKILL at random
 moments and at the injected points inside prepare (``DRAKIT_CRASH_POINT``), restarted, and
 retried like the kubelet retries. At every quiet point (agent alive, every pending call

@@ -2,7 +2,7 @@
 prepare_changes_node = False; nothing is inferred from overridden methods): one checkpoint
 write per prepare (no PrepareStarted write: the admission write records them
 PrepareCompleted), the CDI spec written after it, outside the file lock; the same admission
-rules (drakit.plugin.claims.prepare, issue #18). Kills at each crash point:
+rules (drakit.plugin.claims.prepare). Kills at each crash point:
 test_contract_kill.py."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_crash_driver_short_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize("without_prepare_hook", [False, True], ids=["two-writes", "one-write"])
 def test_crash_driver_with_hanging_hooks_and_status_faults(
         tmp_path: Path, without_prepare_hook: bool) -> None:
-    """Issue 30: kills around prepare hooks that hang past the call's deadline and around
+    """Kills around prepare hooks that hang past the call's deadline and around
     AllocatedDeviceStatus PATCHes answered 500: the invariants hold at every quiet point,
     and once the API heals every claim's status settles (applied while prepared, removed
     after)."""

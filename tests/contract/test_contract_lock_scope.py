@@ -1,4 +1,4 @@
-"""What runs under the checkpoint's file lock: its writes, nothing of the caller (issue 30).
+"""What runs under the checkpoint's file lock: its writes, nothing of the caller.
 A CDI spec is written only while a record names its claim and removed before its record
 goes, both outside the lock (drakit.plugin.claims.prepare, drakit.plugin.claims.unprepare), so
 the orphan-spec sweep, which runs under the lock, never meets a claim in progress."""

@@ -1,4 +1,4 @@
-"""The claim path logs one line per claim and outcome (issues 28 and 33): with ``-v 2`` a
+"""The claim path logs one line per claim and outcome: with ``-v 2`` a
 prepared and an unprepared claim one V(2) line each; a failed claim exactly one WARNING line,
 its error in ``err``; a vendor hook that raised its traceback once, in that line, and the
 error names the plugin, the hook and the device. Read from ``drakit run``'s JSON log."""

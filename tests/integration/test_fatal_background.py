@@ -1,7 +1,7 @@
 """A fatal error of background work stops ``drakit run`` with a non-zero exit and a message
-naming the work and the error (issue 30): ``--strict`` validation failing in the periodic
-re-discovery after a device gained an attribute the API refuses, and a checkpoint that can
-no longer be written when the status writer records its finished applies."""
+naming the work and the error: ``--strict`` validation failing in the periodic
+re-discovery after a device gained an attribute the API refuses, and a checkpoint that cannot
+be written when the status writer records its finished applies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One policy for background work (issue 30): an error of a round is logged and reported with
+"""One policy for background work: an error of a round is logged and reported with
 its severity and the work goes on; a fatal one ends the work and calls ``on_fatal`` once."""
 
 from __future__ import annotations

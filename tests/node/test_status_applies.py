@@ -1,4 +1,4 @@
-"""One status apply per claim transition at most (issue #18): queued states of a claim
+"""One status apply per claim transition at most: queued states of a claim
 coalesce, and a removal is only sent when an apply of ours may have reached the claim."""
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_write_is_deferred_at_most_defer_seconds() -> None:
 
 def test_newest_state_wins_after_waiting() -> None:
     """A claim unprepared while its status write waited gets no request at all: nothing of
-    ours was applied to it, so there is nothing to remove (issue #18)."""
+    ours was applied to it, so there is nothing to remove."""
     api, calls = RecordingAPI(), KubeletCalls()
     writer = StatusWriter(api, "drv.example.com", calls=calls, defer_seconds=10.0)
     try:

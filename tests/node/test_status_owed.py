@@ -1,4 +1,4 @@
-"""Issue 30: the AllocatedDeviceStatus a claim owes is in its checkpoint record; the status
+"""The AllocatedDeviceStatus a claim owes is in its checkpoint record; the status
 writer settles it in batches; start-up resumes what is owed (nothing when nothing is)."""
 
 from __future__ import annotations

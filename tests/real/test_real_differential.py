@@ -1,4 +1,4 @@
-"""Differential test (issue 15 part 4): one recorded sequence of requests
+"""Differential test: one recorded sequence of requests
 (tests/apiserver/parity.py) sent to the embedded API server and to a real kube-apiserver
 1.37.2 (with etcd, every resource.k8s.io version and the DRA gates, alpha ones on); every
 step must get the same status code and reason from both, the same field errors (path and

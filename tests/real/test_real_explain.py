@@ -1,4 +1,4 @@
-"""drakit.allocator against the real kube-scheduler 1.37 (issue 29): a seeded corpus of 200
+"""drakit.allocator against the real kube-scheduler 1.37: a seeded corpus of 200
 claims over generated pools (tests/real/diff_corpus.py). For each claim, drakit's verdict
 (allocatable / cannot allocate / scheduler error) equals the scheduler's; where both
 allocate, drakit picks the very devices the scheduler wrote (and the same consumed

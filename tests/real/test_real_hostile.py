@@ -1,5 +1,5 @@
-"""Issue 16 on a real kube-apiserver 1.37: the throttling and slow-answer faults, injected by
-:class:`drakit.plugin.testing.faultproxy.FaultProxy` between the node agent (deploy/'s
+"""A real kube-apiserver 1.37 overloaded or slow: the throttling and slow-answer faults, injected
+by :class:`drakit.plugin.testing.faultproxy.FaultProxy` between the node agent (deploy/'s
 ServiceAccount, node-bound token, over TLS) and the real server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kubernetes 1.37's ResourceSlice fields on real kube-apiservers 1.37.2 (issue 15 part 5):
+"""Kubernetes 1.37's ResourceSlice fields on real kube-apiservers 1.37.2:
 drakit's ResourceAPI sends them where the server's OpenAPI declares them (v1, and the
 v1beta2 of a server without v1), and a server with the alpha gates off stores the slice
 without them (what the publisher then reports as a field the server changed)."""

@@ -1,4 +1,4 @@
-"""``drakit explain`` on the whole real node (issue 29): a pod left pending on purpose (its
+"""``drakit explain`` on the whole real node: a pod left pending on purpose (its
 claim asks for a partition profile drakit's example devices do not have) stays Pending with
 the scheduler's "cannot allocate all claims"; explain, against the real control plane and the
 slices the running drakit published, exits 1 and names the selector that rules each device

@@ -1,5 +1,5 @@
 """The Node deleted and registered again by the kubelet with a new UID: drakit's
-ResourceSlices follow the new owner within 5 s and stop churning (issue #20: with the
+ResourceSlices follow the new owner within 5 s and stop churning (with the
 UID read once, the garbage collector deleted every re-created slice within milliseconds,
 425 pool generations in 7.5 minutes, and pods could not be scheduled)."""
 
@@ -67,7 +67,7 @@ def test_node_reregistered_with_new_uid(node: RealNode, drakit: DrakitProcess) -
                      "the kubelet registers the Node again")
     record("node re-registration: Node back after kubelet start", time.monotonic() - t0)
     t1 = time.monotonic()
-    # the watch on the node's own Node object tells drakit the new UID (issue 30 item 8)
+    # the watch on the node's own Node object tells drakit the new UID
     wait_until(lambda: owners(node) == {new}, 5, "slices owned by the new Node within 5 s")
     took = time.monotonic() - t1
     record("node re-registration: slices owned by the new Node after it came back", took)

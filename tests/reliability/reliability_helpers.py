@@ -179,7 +179,7 @@ def names_with_marker(*roots: Path | str, marker: str = MARKER, max_depth: int =
 def reserve_anew(h: Any, claims: list[tuple[str, str, str]]) -> None:
     """Reserve each of ``claims`` (namespace, name, uid) for a new pod, as the scheduler does
     for the next pod using a claim: after an unprepare, a prepare of an unchanged claim is
-    a stale retry and refused (issue 16); a fuzz case that prepares the same claim again
+    a stale retry and refused; a fuzz case that prepares the same claim again
     plays the next pod. Retries the read-modify-write while the agent's own status write
     conflicts (409)."""
     import uuid

@@ -242,7 +242,7 @@ def test_no_files_left_by_fault_tests(h: DriverHarness) -> None:
 
 def test_status_write_given_up_is_counted(h: DriverHarness) -> None:
     """Every status write fails: after its attempts the writer reports it once (counted)
-    and keeps the claim behind, retrying (issue 16: status is reconciled, never given up
+    and keeps the claim behind, retrying (status is reconciled, never given up
     while the claim is prepared); the claim stays prepared (status is best effort) and the
     metric counts it too. Once the server answers again the status is applied."""
     from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord

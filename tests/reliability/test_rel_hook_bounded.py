@@ -1,4 +1,4 @@
-"""Issue 30: each claim's vendor hooks run on a worker of their own, bounded by the kubelet
+"""Each claim's vendor hooks run on a worker of their own, bounded by the kubelet
 call's deadline. A hook that does not return fails only its own claim: the call answers
 before its deadline with the other claims' results, and for the stuck claim an error naming
 the plugin, the hook and the device and saying it is still running; retries get that answer

@@ -1,4 +1,4 @@
-"""Issue 16: an overloaded API server, a failing disk, signals and oversized input.
+"""An overloaded API server, a failing disk, signals and oversized input.
 
 Every test runs the real node agent (in-process, or ``drakit run`` as a child process) with
 the fake kubelet over real unix sockets and gRPC, and the embedded API server behind a

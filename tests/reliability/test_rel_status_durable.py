@@ -1,4 +1,4 @@
-"""Issue 30: a claim's AllocatedDeviceStatus is as durable as the claim.
+"""A claim's AllocatedDeviceStatus is as durable as the claim.
 
 ``drakit run`` (a child process, so it can be SIGKILLed) talks to the API server through a
 :class:`drakit.plugin.testing.faultproxy.FaultProxy`. The status PATCH is answered 500 while

@@ -2,7 +2,7 @@
 
 Run: ``python tests/slices/bench_publish.py [--devices 10000] [--versions v1]``.
 Prints one JSON line: seconds for the cold publish (validate + split + writes), the writes
-it made, seconds and writes of an unchanged resync (goal from issue 4: ≤ 3 s and 0 writes).
+it made, seconds and writes of an unchanged resync (goal: ≤ 3 s and 0 writes).
 Exit status 1 when the unchanged resync writes anything.
 """
 

@@ -1,4 +1,4 @@
-"""Kubernetes 1.37's ResourceSlice fields (issue 15 part 5): nodeAllocatableResources,
+"""Kubernetes 1.37's ResourceSlice fields: nodeAllocatableResources,
 partitionTypeAttribute, skipNodeOperations, counter compatibilityGroups and list-typed
 attributes, through the model, the client-side rules (the server's wording, as
 tests/real/test_real_differential.py checks against kube-apiserver 1.37.2), the pool

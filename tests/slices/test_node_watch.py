@@ -1,4 +1,4 @@
-"""The slices follow a re-registered Node (issue 30 item 8): the Node deleted and created
+"""The slices follow a re-registered Node: the Node deleted and created
 again under the same name (a new metadata.uid, as the kubelet registers it) moves the
 ResourceSlices' owner reference to the new UID within 5 s, through the watch on the node's
 own Node object; between such events the watch costs no request per resync."""

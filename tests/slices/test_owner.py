@@ -1,4 +1,4 @@
-"""The Node owner of the published slices follows the Node (issue #20): read again when our
+"""The Node owner of the published slices follows the Node: read again when our
 slices were deleted by someone else or the Node is absent; re-creation after foreign
 deletions backs off. Against the embedded API server (real HTTP), with a garbage collector
 that deletes slices whose Node owner (by UID) is gone, as kube-controller-manager does."""
