@@ -25,7 +25,7 @@ import difflib
 import importlib
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 
 from drakit.discovery.builtin import BUILTIN_PLUGINS
@@ -147,23 +147,49 @@ def load_plugin_class(name: str) -> type[DiscoveryPlugin]:
     return _import(name, target)
 
 
+def section_names(specs: Iterable[str]) -> dict[str, str]:
+    """Each ``--discovery`` entry (a registered name or ``module:Class``) → the name its
+    plugin goes by, which is also its ``discovery.<name>`` section of the ``--config`` file
+    (see :func:`plugin_name`). Empty entries are skipped. Raises :class:`PluginLoadError`
+    as :func:`load_plugin_class` does."""
+    out: dict[str, str] = {}
+    for raw in specs:
+        spec = raw.strip()
+        if spec:
+            out[spec] = plugin_name(spec, load_plugin_class(spec))
+    return out
+
+
 def unused_config_sections(sections: Iterable[str], loaded: Iterable[str],
-                           config_file: str | None = None) -> list[str]:
+                           source: str = "--config",
+                           specs: Mapping[str, str] | None = None) -> list[str]:
     """One message per ``discovery.<name>`` section of the ``--config`` file that no loaded
-    plugin reads (a typo such as ``acme-fgpa`` for ``acme-fpga``), naming the loaded
-    plugins, the closest name and every plugin that could be loaded; empty when all are
-    used. Its options would otherwise be dropped in silence and the plugin run with its
-    defaults."""
+    plugin reads, naming the loaded plugins, the closest name and every plugin that could
+    be loaded; empty when all are used. Its options would otherwise be dropped in silence
+    and the plugin run with its defaults.
+
+    Each message starts with ``source``, where the sections come from (``--config
+    FILE``). ``loaded`` are the names the loaded plugins read their sections under. ``specs`` maps
+    ``--discovery`` entries to those names (:func:`section_names`): a section keyed by a
+    ``module:Class`` entry is reported with the key its plugin reads (``discovery.acme``
+    for ``--discovery mymod:AcmeDiscovery`` whose class says ``name = "acme"``), one key
+    per plugin whichever way it was loaded."""
     used = sorted(set(loaded))
     known = sorted(set(available_plugins()) | set(used))
-    where = f"--config {config_file}" if config_file else "--config"
+    loaded_text = f"loaded: {', '.join(used) or 'none'}"
     out = []
     for name in sorted(set(sections) - set(used)):
+        read_as = (specs or {}).get(name)
+        if read_as is not None:
+            out.append(f"{source}: discovery.{name} is not a loaded plugin's name: the plugin "
+                       f"of --discovery {name} reads its options from discovery.{read_as} "
+                       f"({loaded_text})")
+            continue
         close = difflib.get_close_matches(name, used, n=1) or \
             difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean discovery.{close[0]}?" if close else ""
-        out.append(f"{where}: discovery.{name} is not a loaded plugin (loaded: "
-                   f"{', '.join(used) or 'none'}{hint}; known plugins: {', '.join(known)})")
+        out.append(f"{source}: discovery.{name} is not a loaded plugin ({loaded_text}"
+                   f"{hint}; known plugins: {', '.join(known)})")
     return out
 
 
@@ -209,3 +235,37 @@ def load_plugins(
             detail = " ".join(str(e).split()) if isinstance(e, ValueError) else _one_line(e)
             raise PluginLoadError(f"discovery plugin {pname!r}: {detail}") from e
     return plugins
+
+
+def plugin_instances(plugins: object, argument: str = "plugins") -> list[DiscoveryPlugin]:
+    """``plugins`` checked to be a list (or tuple) of :class:`DiscoveryPlugin` instances, the
+    objects a caller constructs itself instead of naming plugins for :func:`load_plugins`.
+
+    Raises ``TypeError`` naming ``argument`` and the position: a plugin class where an
+    instance is wanted (``plugins=[AcmeDiscovery]``; the message says to pass
+    ``AcmeDiscovery(DiscoveryContext(...))``), a name (plugins by name go to
+    ``discovery``), any other object, or one instance not in a list."""
+    if not isinstance(plugins, list | tuple):
+        raise TypeError(f"{argument} must be a list of DiscoveryPlugin instances, not "
+                        f"{_what(plugins)}")
+    for i, p in enumerate(plugins):
+        if isinstance(p, DiscoveryPlugin):
+            continue
+        where = f"{argument}[{i}]"
+        if isinstance(p, type) and issubclass(p, DiscoveryPlugin):
+            raise TypeError(f"{where} is the class {p.__name__}, not an instance of it: pass "
+                            f"{p.__name__}(DiscoveryContext(driver_name=..., node_name=...)), "
+                            "or its name in discovery=[...]")
+        if isinstance(p, str):
+            raise TypeError(f"{where} is the name {p!r}, not a DiscoveryPlugin instance: "
+                            f"plugins by name go in discovery=[{p!r}]")
+        raise TypeError(f"{where} is {_what(p)}, not a DiscoveryPlugin instance")
+    return list(plugins)
+
+
+def _what(obj: object) -> str:
+    """``obj`` described for a type error: ``a dict``, ``the class Foo``, ``an AcmeDiscovery``."""
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}"
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

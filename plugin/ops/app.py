@@ -21,6 +21,8 @@ from drakit.cdi.store import SpecStore
 from drakit.discovery.loader import (
     UnusedConfigSectionError,
     load_plugins,
+    plugin_instances,
+    section_names,
     unused_config_sections,
 )
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
@@ -82,16 +84,17 @@ def discovery_plugins(s: Settings) -> list[DiscoveryPlugin]:
             options=dict(s.plugin_options.get(name, {})),
         ),
     )
-    check_config_sections(s, plugins)
+    check_config_sections(s)
     return plugins
 
 
-def check_config_sections(s: Settings, plugins: list[DiscoveryPlugin]) -> None:
+def check_config_sections(s: Settings) -> None:
     """A ``discovery.<name>`` section no loaded plugin reads: an error under ``--strict``
     (:class:`~drakit.discovery.loader.UnusedConfigSectionError`), a warning otherwise."""
+    specs = section_names(s.discovery)  # the classes are imported already
     problems = unused_config_sections(
-        s.plugin_options, {p.name for p in plugins} | set(s.discovery),
-        str(s.config_file) if s.config_file else None)
+        s.plugin_options, specs.values(),
+        f"--config {s.config_file}" if s.config_file else "--config", specs)
     if problems and s.strict:
         raise UnusedConfigSectionError("; ".join(problems) + " (refused: --strict)")
     for problem in problems:
@@ -131,8 +134,9 @@ class App:
         self.supervisor = Supervisor(self.events,
                                      fatal=(SliceValidationError, CheckpointWriteError),
                                      on_fatal=self._fatal)
-        if plugins is None:  # before the API client: a wrong name or option is said first
-            plugins = discovery_plugins(s)  # also checks the --config file's sections
+        # before the API client: a wrong name or option is said first; discovery_plugins
+        # also checks the --config file's sections, plugin_instances the objects' types
+        plugins = discovery_plugins(s) if plugins is None else plugin_instances(plugins)
         self.api_client = api_client if api_client is not None else kube_api_client(s.kubeconfig)
         self.resource_api = ResourceAPI(self.api_client)
         self.inventory = Inventory(plugins)

@@ -29,6 +29,12 @@ from subprocess import Popen
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from drakit.discovery.loader import (
+    PluginLoadError,
+    plugin_instances,
+    section_names,
+    unused_config_sections,
+)
 from drakit.discovery.plugin import DiscoveryPlugin
 from drakit.plugin.testing.apiserver.server import AllocatedDevice, EmbeddedAPIServer
 from drakit.plugin.testing.kubelet import ClaimPrepareResult
@@ -47,10 +53,57 @@ def _ref(claim: ClaimArg) -> tuple[str, str, str]:
     return (meta["namespace"], meta["name"], meta["uid"])
 
 
+def _names(discovery: object) -> list[str]:
+    """``discovery`` as a list of plugin names; ``TypeError`` for one bare name or a non-name
+    (``discovery="acme"`` would otherwise load the plugins ``a``, ``c``, ...)."""
+    if isinstance(discovery, str) or not isinstance(discovery, Iterable):
+        raise TypeError(f"discovery must be a list of plugin names, not {discovery!r}"
+                        + (f" (discovery=[{discovery!r}])" if isinstance(discovery, str) else ""))
+    names = list(discovery)
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise TypeError(f"discovery[{i}] is {name!r}, not a plugin name"
+                            + (": plugin objects go in plugins=[...]"
+                               if isinstance(name, DiscoveryPlugin | type) else ""))
+    return names
+
+
+def _options(options: object, discovery: list[str],
+             plugins: list[DiscoveryPlugin] | None) -> dict[str, dict[str, Any]]:
+    """``plugin_options`` checked against the plugins that read them: every section must
+    belong to a plugin of ``discovery``, keyed by the name it goes by (``drakit run`` warns
+    about a section no plugin reads; a test refuses it). Raises ``TypeError`` for a value
+    that is not a map of maps, ``ValueError`` naming the section and the loaded plugins."""
+    if not isinstance(options, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) for k, v in options.items()):
+        raise TypeError("plugin_options must map plugin names to their options (dicts), "
+                        f"not {options!r}")
+    if not options:
+        return {}
+    if plugins is not None:
+        raise ValueError(
+            f"plugin_options ({', '.join(options)}) are read only by plugins loaded by name "
+            "(discovery=[...]); a plugin object gets its options from its own "
+            "DiscoveryContext(options=...)")
+    try:
+        specs = section_names(discovery)
+    except PluginLoadError:
+        return dict(options)  # a plugin this process cannot load: the agent says so
+    problems = unused_config_sections(options, specs.values(), "plugin_options", specs)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return dict(options)
+
+
 class DriverHarness:
     """Start everything with :meth:`start` (or ``with``); :meth:`stop` tears it down.
 
     ``plugins`` (instances) override ``discovery`` (names, with ``plugin_options`` per name).
+    Wrong arguments raise at construction, before anything starts: ``TypeError`` for a
+    plugin class (or a name) in ``plugins``, a bare string as ``discovery``, options that
+    are not a map of maps; ``ValueError`` for ``plugin_options`` beside ``plugins`` objects
+    or a section no plugin of ``discovery`` reads (see
+    :func:`~drakit.discovery.loader.unused_config_sections`).
     ``subprocess=True`` runs ``drakit run`` as a child process (needed to kill -9 it); then
     plugins must be given by name. ``extra_args`` are appended to its command line;
     ``settings`` overrides Settings fields in-process; ``env`` (also settable later as
@@ -58,6 +111,24 @@ class DriverHarness:
     ``apiserver`` may also be a :class:`~drakit.plugin.testing.real.controlplane.RealAPIServer`
     (a real kube-apiserver); then ``api_token`` is the identity the agent uses (e.g. its
     ``node_agent_token(node_name)``; default: the admin token).
+
+    Attributes:
+        root: The directory everything is made in (``real_root``, or a short symlink to it).
+        real_root: The ``root`` argument as given.
+        registrar_dir: The kubelet's plugin registration directory (``root/registry``).
+        plugins_dir: The kubelet's plugins directory (``root/plugins``); the agent's data
+            directory is ``data_dir`` below it.
+        cdi_dir: The CDI spec directory (``root/cdi``); see :meth:`cdi_files`.
+        kubeconfig: The kubeconfig file of the API server (``root/kubeconfig``).
+        config_file: The ``--config`` file written from ``plugin_options`` (subprocess).
+        log_path: The agent's log (subprocess): ``root/drakit.log``.
+        apiserver: The :class:`EmbeddedAPIServer` (or the API server given).
+        kubelet: The :class:`FakeKubelet` that registers the plugin and calls it.
+        app: The in-process agent (``drakit.plugin.ops.app.App``) while it runs, else None.
+        process: The ``drakit run`` child process (subprocess mode) while it runs, else None.
+        env: Environment variables added for the child, read at each subprocess start.
+        agent_command: The command ``run`` and its flags are appended to (subprocess): the
+            CLI by default.
     """
 
     def __init__(
@@ -78,6 +149,10 @@ class DriverHarness:
         api_token: str | None = None,
         dev_root: str | os.PathLike[str] | None = None,
     ) -> None:
+        # wrong arguments fail here, before anything is made or started
+        self.discovery = _names(discovery)
+        self.plugins = plugin_instances(plugins) if plugins is not None else None
+        self.plugin_options = _options(plugin_options or {}, self.discovery, self.plugins)
         self.real_root = Path(root)
         self.real_root.mkdir(parents=True, exist_ok=True)
         self._link_holder: Path | None = None
@@ -89,9 +164,6 @@ class DriverHarness:
             self.root = self.real_root
         self.driver_name = driver_name
         self.node_name = node_name
-        self.discovery = list(discovery)
-        self.plugins = plugins
-        self.plugin_options = plugin_options or {}
         self.registrar_dir = self.root / "registry"
         self.plugins_dir = self.root / "plugins"
         self.cdi_dir = self.root / "cdi"
@@ -119,13 +191,19 @@ class DriverHarness:
 
     @property
     def data_dir(self) -> Path:
+        """The agent's data directory: the DRA socket and the checkpoint
+        (``plugins_dir/<driver name>``)."""
         return self.plugins_dir / self.driver_name
 
     @property
     def checkpoint_path(self) -> Path:
+        """The agent's checkpoint file (``data_dir/checkpoint.json``)."""
         return self.data_dir / "checkpoint.json"
 
     def start(self, wait: float = 30.0) -> DriverHarness:
+        """Start the API server (unless one was given), the fake kubelet and the agent;
+        return once the kubelet registered the plugin and every pool's ResourceSlices exist
+        (``TimeoutError`` after ``wait`` seconds). Returns this harness."""
         for d in (self.registrar_dir, self.plugins_dir, self.cdi_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.apiserver.start()
@@ -252,6 +330,8 @@ class DriverHarness:
             self.app = None
 
     def stop(self) -> None:
+        """Stop the agent, the fake kubelet and the API server this harness started, and
+        remove the short symlink (the files under ``real_root`` stay)."""
         try:
             self.stop_plugin()
         finally:
@@ -331,18 +411,24 @@ class DriverHarness:
         return allocate_claim(self.apiserver, claim, self.node_name)
 
     def prepare(self, *claims: ClaimArg, timeout: float = 45.0) -> dict[str, ClaimPrepareResult]:
+        """The kubelet's ``NodePrepareResources`` for ``claims`` (ResourceClaims as returned
+        by :meth:`allocate`, or (namespace, name, UID)): claim UID → result."""
         return self.kubelet.node_prepare_resources(
             self.driver_name, [_ref(c) for c in claims], timeout=timeout
         )
 
     def unprepare(self, *claims: ClaimArg, timeout: float = 45.0) -> dict[str, str]:
+        """The kubelet's ``NodeUnprepareResources`` for ``claims``: claim UID → error text
+        (empty on success)."""
         return self.kubelet.node_unprepare_resources(
             self.driver_name, [_ref(c) for c in claims], timeout=timeout
         )
 
     def claim(self, claim: ClaimArg) -> dict[str, Any] | None:
+        """The ResourceClaim as the API server has it now (None when it is gone)."""
         ns, name, _ = _ref(claim)
         return self.apiserver.get_object("resourceclaims", name, ns)
 
     def cdi_files(self) -> list[Path]:
+        """The CDI spec files in ``cdi_dir``, sorted (one per prepared claim)."""
         return sorted(p for p in self.cdi_dir.iterdir() if not p.name.startswith("."))

@@ -24,6 +24,7 @@ from drakit.discovery import (
 from drakit.discovery.builtin.example import ExampleDiscovery
 from drakit.discovery.builtin.net import NetDiscovery
 from drakit.discovery.builtin.pci import PciDiscovery
+from drakit.discovery.loader import plugin_instances, section_names, unused_config_sections
 
 Ctx = Callable[..., DiscoveryContext]
 
@@ -217,3 +218,57 @@ def test_parse_plugin_options_is_the_builtins_rule() -> None:
     with pytest.raises(ValueError, match=r"^discovery\.acme\.limit: Input should be a valid"):
         parse_plugin_options(_TypedOptions, "acme", {"limit": "many"})
     assert parse_plugin_options(_TypedOptions, "acme", {}) == _TypedOptions()
+
+
+EXAMPLE_SPEC = "drakit.discovery.builtin.example:ExampleDiscovery"
+
+
+def test_section_names_are_the_names_plugins_go_by() -> None:
+    assert section_names(["net", f" {EXAMPLE_SPEC} ", ""]) == {"net": "net",
+                                                                EXAMPLE_SPEC: "example"}
+
+
+def test_a_section_keyed_by_module_class_names_the_key_its_plugin_reads() -> None:
+    specs = section_names([EXAMPLE_SPEC])
+    [problem] = unused_config_sections([EXAMPLE_SPEC, "example"], specs.values(),
+                                       "--config /etc/drakit.yaml", specs)
+    assert problem == (f"--config /etc/drakit.yaml: discovery.{EXAMPLE_SPEC} is not a loaded "
+                       f"plugin's name: the plugin of --discovery {EXAMPLE_SPEC} reads its "
+                       "options from discovery.example (loaded: example)")
+
+
+def test_a_section_no_plugin_reads_names_the_loaded_and_closest() -> None:
+    [problem] = unused_config_sections(["exmaple", "net"], ["example", "net"])
+    assert problem.startswith("--config: discovery.exmaple is not a loaded plugin (loaded: "
+                              "example, net; did you mean discovery.example?; known plugins: ")
+    assert unused_config_sections(["net"], ["net"]) == []
+
+
+class _Tiny(DiscoveryPlugin):
+    name = "tiny"
+
+    def discover(self) -> list[Pool]:
+        return []
+
+
+@pytest.mark.parametrize("plugins,message", [
+    ([_Tiny], "plugins[0] is the class _Tiny, not an instance of it: pass "
+              "_Tiny(DiscoveryContext(driver_name=..., node_name=...)), or its name in "
+              "discovery=[...]"),
+    (["example"], "plugins[0] is the name 'example', not a DiscoveryPlugin instance: plugins "
+                  "by name go in discovery=['example']"),
+    ([{"name": "tiny"}], "plugins[0] is a dict, not a DiscoveryPlugin instance"),
+    (_Tiny, "plugins must be a list of DiscoveryPlugin instances, not the class _Tiny"),
+    ("example", "plugins must be a list of DiscoveryPlugin instances, not a str"),
+])
+def test_plugin_objects_of_the_wrong_type_are_a_type_error(plugins: object, message: str) -> None:
+    with pytest.raises(TypeError) as e:
+        plugin_instances(plugins)
+    assert str(e.value) == message
+
+
+def test_plugin_instances_pass(make_ctx: Ctx) -> None:
+    tiny = _Tiny(make_ctx())
+    assert plugin_instances((tiny,)) == [tiny]
+    with pytest.raises(TypeError, match=r"^plugins\[1\] is an int"):
+        plugin_instances([tiny, 3])

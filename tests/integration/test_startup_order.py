@@ -180,3 +180,27 @@ def test_a_config_section_for_no_loaded_plugin_warns_naming_the_known_ones(
            "discovery.example?; known plugins: " in warning, warning
     assert known_plugins(warning) >= {"example", "net", "pci"}, warning
     assert IN_CLUSTER_ERROR in r.stderr
+
+
+EXAMPLE_SPEC = "drakit.discovery.builtin.example:ExampleDiscovery"
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_config_section_keyed_by_module_class_names_the_key_to_use(
+    tmp_path: Path, strict: bool
+) -> None:
+    """``--discovery mod:Class`` loads a plugin that reads ``discovery.<its name>``: a
+    section keyed by the ``mod:Class`` string is read by nothing and said so."""
+    path = config(tmp_path, f'discovery:\n  "{EXAMPLE_SPEC}":\n    generate: {{count: 3}}\n')
+    r = drakit_run(tmp_path, "--discovery", EXAMPLE_SPEC, "--config", path,
+                   *(["--strict"] if strict else []))
+    expected = (f"--config {path}: discovery.{EXAMPLE_SPEC} is not a loaded plugin's name: "
+                f"the plugin of --discovery {EXAMPLE_SPEC} reads its options from "
+                "discovery.example (loaded: example)")
+    if strict:
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip() == f"drakit run: error: {expected} (refused: --strict)"
+    else:
+        assert r.returncode == 1, r.stderr  # goes on: here to the missing in-cluster config
+        [warning] = [line for line in r.stderr.splitlines() if " WARNING " in line]
+        assert f"{expected}; its options are ignored" in warning, warning
