@@ -112,6 +112,37 @@ def test_the_three_sharing_modes(harness: DriverHarness) -> None:
     assert h.cdi_files() == []
 
 
+def test_explain_says_why_a_hostdev_claim_does_not_fit(
+        harness: DriverHarness, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from drakit.plugin.ops.cli import main
+
+    h = harness
+    h.allocate_as_scheduler(claim("tun-taken", "tun"))
+    kubeconfig = h.apiserver.write_kubeconfig(tmp_path / "kc")
+
+    def explain(c: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        h.apiserver.create_object("resourceclaims", c)
+        name = c["metadata"]["name"]
+        code = main(["explain", "--kubeconfig", str(kubeconfig), "--node", NODE,
+                     f"default/{name}", "-o", "json"])
+        return code, json.loads(capsys.readouterr().out)
+
+    code, doc = explain(claim("tun-wanted", "tun"))
+    assert code == 1 and doc["allocatable"] is False
+    [req] = doc["requests"]
+    [why] = [u for u in req["unmatched"] if u["device"].endswith("/tun")]
+    assert why["reason"] == "allocated"
+    code, doc = explain(claim("fuse-3", "fuse", capacity={"requests": {"slots": "3"}}))
+    assert code == 1 and doc["allocatable"] is False
+    [req] = doc["requests"]
+    [why] = [u for u in req["unmatched"] if u["device"].endswith("/fuse")]
+    assert "slots" in why["detail"], why
+    code, doc = explain(claim("kvm-by-attr", "kvm", selectors=[{"cel": {"expression":
+        f'device.attributes["{DRIVER}"].major == 10 && '
+        f'device.attributes["{DRIVER}"].minor == 232'}}]))
+    assert code == 0 and doc["allocatable"] is True
+
+
 # -- loop devices: hot-plug and health -------------------------------------------------------
 
 
