@@ -1,7 +1,8 @@
 """drakit demo (what `make run` runs): the whole DRA flow on this machine's real devices.
 
 Starts the embedded API server, runs ``drakit run`` as a real child process with the ``net``
-and ``pci`` discoverers on this machine's /sys, registers it with the fake kubelet, shows the
+and ``pci`` discoverers (``--discovery``, with options from ``--config``) on this machine's
+/sys, registers it with the fake kubelet, shows the
 devices and ResourceSlices, allocates a ResourceClaim to one real device, prepares it (CDI
 device IDs, the CDI spec file, the claim's AllocatedDeviceStatus), unprepares it (spec and
 status gone) and stops the agent (sockets gone). Everything lives in a temporary directory.
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from drakit.plugin.ops.config import read_config_file
 from drakit.plugin.testing.harness import DriverHarness
 
 
@@ -66,9 +68,15 @@ def _fmt_attrs(d: dict[str, Any]) -> str:
 def demo_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="drakit demo", description=__doc__, allow_abbrev=False)
     parser.add_argument("--discovery", default="net,pci")
+    parser.add_argument("--config", help="a --config YAML file for the agent (its "
+                        "'discovery' map: per-plugin options, e.g. hostdev rules)")
     parser.add_argument("--driver-name", default="drakit.example.com")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ns = parser.parse_args(argv)
+    try:
+        options = read_config_file(ns.config) if ns.config else {}
+    except ValueError as e:
+        parser.error(str(e))
     root = Path(tempfile.mkdtemp(prefix="drakit-demo-"))
     node = _node_name()
     print(f"drakit demo: driver {ns.driver_name}, node {node}, working in {root}")
@@ -77,6 +85,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
         driver_name=ns.driver_name,
         node_name=node,
         discovery=ns.discovery.split(","),
+        plugin_options=options,
         subprocess=True,
     )
     ok = False

@@ -264,3 +264,20 @@ def test_a_node_gone_before_discovery_sees_it_fails_the_claim_naming_the_node(
         error = h.prepare(c)[c["metadata"]["uid"]].error
         assert "hostdev device widget-widget0: node /dev/widget0 is gone" in error
         assert h.cdi_files() == []
+
+
+def test_the_readme_demo_of_hostdev(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """README.md's commands: its hostdev.yaml and `drakit demo --config` with it."""
+    needs("/dev/kvm", "/dev/fuse", "/dev/net/tun")
+    from drakit.plugin.ops.demo import demo_main
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    config = readme.split("cat > hostdev.yaml <<'EOF'\n", 1)[1].split("EOF\n", 1)[0]
+    (tmp_path / "hostdev.yaml").write_text(config)
+    command = readme.split("EOF\n.venv/bin/drakit demo ", 1)[1].split("\n", 1)[0]
+    args = command.replace("hostdev.yaml", str(tmp_path / "hostdev.yaml")).split()
+    assert demo_main(args) == 0
+    out = capsys.readouterr().out
+    for device in ("kvm", "fuse", "tun"):
+        assert f"  - {device}: devNode=" in out
+    assert '"type":"c","major":10' in out and "OK: demo finished" in out
