@@ -82,12 +82,19 @@ SERIAL_RULE = {"name": "serial", "match": [
     'SUBSYSTEM=="tty", ATTRS{idVendor}=="0403", ATTRS{idProduct}=="6001"']}
 
 
-@root_only
-def test_usb_serial_names_follow_the_serial_not_the_kernel_name(tmp_path: Path) -> None:
+def two_adapters(tmp_path: Path) -> tuple[SysfsBuilder, Path]:
+    """A USB controller with two FTDI adapters (serials A50285BI on ttyUSB0, FT9XYZ on
+    ttyUSB1): the synthetic sysfs tree and the dev root."""
     tree, dev = SysfsBuilder(tmp_path / "sys"), tmp_path / "dev"
     usb_controller(tree)
     usb_serial(tree, dev, "1-1", "ttyUSB0", 0, "A50285BI")
     usb_serial(tree, dev, "1-2", "ttyUSB1", 1, "FT9XYZ")
+    return tree, dev
+
+
+@root_only
+def test_usb_serial_names_follow_the_serial_not_the_kernel_name(tmp_path: Path) -> None:
+    tree, dev = two_adapters(tmp_path)
     p = plugin({"rules": [SERIAL_RULE]}, tree.root, dev)
     first = devices(p)
     assert sorted(first) == ["serial-0403-6001-a50285bi-if00-ttyusb",
@@ -127,10 +134,7 @@ def test_without_a_serial_the_usb_port_path_names_it(tmp_path: Path) -> None:
 
 @root_only
 def test_links_go_along_with_their_node(tmp_path: Path) -> None:
-    tree, dev = SysfsBuilder(tmp_path / "sys"), tmp_path / "dev"
-    usb_controller(tree)
-    usb_serial(tree, dev, "1-1", "ttyUSB0", 0, "A50285BI")
-    usb_serial(tree, dev, "1-2", "ttyUSB1", 1, "FT9XYZ")
+    tree, dev = two_adapters(tmp_path)
     (dev / "serial/by-id").mkdir(parents=True)
     (dev / "serial/by-id/usb-FTDI_A50285BI-if00-port0").symlink_to("../../ttyUSB0")
     p = plugin({"rules": [{**SERIAL_RULE, "links": ["/dev/serial/by-id/*"]}]}, tree.root, dev)

@@ -185,6 +185,14 @@ def wait_published(h: DriverHarness, name: str, present: bool, timeout: float) -
     return time.monotonic() - started
 
 
+def attach_published(h: DriverHarness, loop: Loop) -> tuple[str, str]:
+    """Attach ``loop``; its (path, device name) once published."""
+    path = loop.attach()
+    name = "loop-" + os.path.basename(path)
+    wait_published(h, name, True, 5.0)
+    return path, name
+
+
 @root_only
 def test_a_loop_device_attached_is_published_within_a_second(
         harness: DriverHarness, loop: Loop, record_property: Callable[[str, Any], None]) -> None:
@@ -204,9 +212,7 @@ def test_a_loop_device_attached_is_published_within_a_second(
 def test_a_prepared_loop_device_removed_is_unhealthy_until_it_returns(
         harness: DriverHarness, loop: Loop) -> None:
     h = harness
-    path = loop.attach()
-    name = "loop-" + os.path.basename(path)
-    wait_published(h, name, True, 5.0)
+    path, name = attach_published(h, loop)
     c = h.allocate("uses-loop", [("node-1", name)])
     [dev] = prepared(h, c)["devices"]
     [node] = dev["containerEdits"]["deviceNodes"]
@@ -234,9 +240,7 @@ def test_a_prepared_loop_device_removed_is_unhealthy_until_it_returns(
 def test_a_loop_device_gone_before_prepare_fails_that_claim_only(
         harness: DriverHarness, loop: Loop) -> None:
     h = harness
-    path = loop.attach()
-    name = "loop-" + os.path.basename(path)
-    wait_published(h, name, True, 5.0)
+    _path, name = attach_published(h, loop)
     gone = h.allocate("gone", [("node-1", name)])
     fine = h.allocate_as_scheduler(claim("fine", "kvm"))
     loop.detach()
