@@ -88,11 +88,19 @@ def tolerates(tol: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 
 def blocking_taint(device: Mapping[str, Any], spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The first NoSchedule or NoExecute taint of ``device["taints"]`` that no toleration of
+    ``spec["tolerations"]`` tolerates (a device and a request, or a node's and a pod's spec)."""
     for taint in device.get("taints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
                 tolerates(t, taint) for t in spec.get("tolerations") or []):
             return taint
     return None
+
+
+def describe_taint(taint: Mapping[str, Any]) -> str:
+    """``taint KEY[=VALUE]:EFFECT is not tolerated`` (a device's or a node's taint)."""
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"taint {taint.get('key')}{value}:{taint.get('effect')} is not tolerated"
 
 
 def lookup_attribute(device: Mapping[str, Any], driver: str, name: str) -> Any:
@@ -176,6 +184,17 @@ class SelectorFailure:
 
 
 @dataclass
+class Evaluations:
+    """Each device's ``device`` value and each selector's outcome on it, by device object:
+    shared by the allocators of one run over the same slice objects (a device is evaluated
+    once however many nodes or claims see it). The entries keep their device, so an ``id``
+    is never reused while its entry lives."""
+
+    values: dict[int, tuple[Mapping[str, Any], DeviceValue]] = field(default_factory=dict)
+    outcomes: dict[tuple[str, int], celenv.Outcome] = field(default_factory=dict)
+
+
+@dataclass
 class Outcome:
     """``results[i]``: the AllocationResult of claim i; None when the claims cannot be
     allocated on this node (``error`` set when the scheduler would report an error;
@@ -190,24 +209,25 @@ class Outcome:
 class Allocator:
     def __init__(self, slices: Sequence[dict[str, Any]], classes: Mapping[str, Mapping[str, Any]],
                  node: Mapping[str, Any], state: AllocatedState | None = None,
-                 env: Environment | None = None) -> None:
+                 env: Environment | None = None, evaluations: Evaluations | None = None
+                 ) -> None:
         self.node = node
         self.node_name = (node.get("metadata") or {}).get("name", "")
         self.classes = classes
         self.state = state or AllocatedState()
         self.env = env or default_environment()
         self.pools = gather(slices, node)
-        self._values: dict[DeviceID, DeviceValue] = {}
-        self._outcomes: dict[tuple[str, DeviceID], celenv.Outcome] = {}
+        self._eval = evaluations if evaluations is not None else Evaluations()
         self._available: dict[str, dict[str, dict[str, qty.Quantity]]] = {}
 
     # -- selection --------------------------------------------------------------------------
 
     def device_value(self, c: Candidate) -> DeviceValue:
-        v = self._values.get(c.id)
-        if v is None:
-            v = self._values[c.id] = self.env.device_value(c.pool.driver, c.device)
-        return v
+        hit = self._eval.values.get(id(c.device))
+        if hit is None:
+            hit = self._eval.values[id(c.device)] = (
+                c.device, self.env.device_value(c.pool.driver, c.device))
+        return hit[1]
 
     def selector_failure(self, c: Candidate, rd: RequestData) -> SelectorFailure | None:
         """None when every selector of the class and then of the request is true (the
@@ -226,14 +246,14 @@ class Allocator:
                 compiled = self.env.compile(expr)
                 if compiled.program is None:
                     return SelectorFailure(cls, i, expr, "compile", compiled.error)
-                key = (expr, c.id)
-                out = self._outcomes.get(key)
+                key = (expr, id(c.device))
+                out = self._eval.outcomes.get(key)
                 if out is None:
                     try:
                         value = self.device_value(c)
                     except ValueError as e:  # a version or quantity the device cannot have
                         return SelectorFailure(cls, i, expr, "runtime", str(e))
-                    out = self._outcomes[key] = self.env.evaluate(compiled, value)
+                    out = self._eval.outcomes[key] = self.env.evaluate(compiled, value)
                 if out.error:
                     return SelectorFailure(cls, i, expr, "runtime", out.error)
                 if not out.value:

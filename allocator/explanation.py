@@ -18,7 +18,7 @@ Each device is judged against the request alone; what only a combination rules o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,8 +29,11 @@ from drakit.allocator.engine import (
     AllocationError,
     Allocator,
     Candidate,
+    Evaluations,
+    Outcome,
     RequestData,
     blocking_taint,
+    describe_taint,
 )
 from drakit.allocator.state import AllocatedState, from_claims
 
@@ -118,10 +121,53 @@ def _device_reason(alloc: Allocator, c: Candidate, rd: RequestData,
             return DeviceReason(dev, "counter", why)
     taint = blocking_taint(c.device, rd.spec)
     if taint is not None:
-        return DeviceReason(dev, "taint", f"taint {taint.get('key')}"
-                            + (f"={taint['value']}" if taint.get("value") else "")
-                            + f":{taint.get('effect')} is not tolerated")
+        return DeviceReason(dev, "taint", describe_taint(taint))
     return None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every explanation of one run shares: the DeviceClasses by name (v1), the CEL
+    environment, and the selector outcomes already computed (per device object, so the
+    slices must be converted once and kept)."""
+
+    classes: Mapping[str, Mapping[str, Any]]
+    env: Environment | None = None
+    evaluations: Evaluations = field(default_factory=Evaluations)
+
+    @classmethod
+    def of(cls, classes: Iterable[Mapping[str, Any]], env: Environment | None = None
+           ) -> Context:
+        return cls({k["metadata"]["name"]: k for k in map(objects.class_v1, classes)}, env)
+
+    def allocator(self, slices: Sequence[dict[str, Any]], node: Mapping[str, Any],
+                  state: AllocatedState) -> Allocator:
+        return Allocator(slices, self.classes, node, state, self.env, self.evaluations)
+
+
+def node_object(node: Mapping[str, Any] | str) -> Mapping[str, Any]:
+    """A Node object, or a minimal one for a node name."""
+    return node if isinstance(node, Mapping) else {"metadata": {"name": node}}
+
+
+def _claim_name(c: Mapping[str, Any]) -> str:
+    meta = c.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def short(rx: RequestExplanation) -> bool:
+    """Too few devices match the (sub)request, each judged alone."""
+    return not rx.matched if rx.mode == "All" else len(rx.matched) < rx.count
+
+
+def requests_satisfied(e: Explanation) -> tuple[int, int]:
+    """(requests with enough matching devices, each judged alone; requests): a
+    ``firstAvailable`` request counts once, satisfied when one of its subrequests is."""
+    tops: dict[str, bool] = {}
+    for rx in e.requests:
+        top = rx.request.split("/", 1)[0]
+        tops[top] = tops.get(top, False) or not short(rx)
+    return sum(tops.values()), len(tops)
 
 
 def explain(claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],
@@ -131,20 +177,25 @@ def explain(claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],
     """Explain ``claim`` (any supported version) on ``node`` (a Node object, or its name when
     only slices with ``nodeName`` / ``allNodes`` matter), given the cluster's ResourceSlices,
     DeviceClasses and the other claims (their allocations hold devices)."""
-    node_obj: Mapping[str, Any] = node if isinstance(node, Mapping) else \
-        {"metadata": {"name": node}}
     c = objects.claim_v1(claim)
-    meta = c.get("metadata") or {}
-    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    state = from_claims(other_claims, skip_uid=(c.get("metadata") or {}).get("uid", ""))
+    return explain_v1(Context.of(classes, env), c, [objects.slice_v1(s) for s in slices],
+                      node_object(node), state)
+
+
+def explain_v1(ctx: Context, c: Mapping[str, Any], slices: Sequence[dict[str, Any]],
+               node_obj: Mapping[str, Any], state: AllocatedState,
+               outcome: Outcome | None = None) -> Explanation:
+    """:func:`explain` of a v1 claim over v1 slices, with what other claims hold;
+    ``outcome``: the claim's allocation on this node when already computed."""
     node_name = (node_obj.get("metadata") or {}).get("name", "")
-    state = from_claims(other_claims, skip_uid=meta.get("uid", ""))
-    class_map = {k["metadata"]["name"]: k for k in map(objects.class_v1, classes)}
-    alloc = Allocator([objects.slice_v1(s) for s in slices], class_map, node_obj, state, env)
-    out = Explanation(claim=name, node=node_name, allocatable=False)
+    alloc = ctx.allocator(slices, node_obj, state)
+    out = Explanation(claim=_claim_name(c), node=node_name, allocatable=False)
     for p in alloc.pools:
         out.pools.append({"pool": p.id, "state": "incomplete" if p.incomplete else
                           ("invalid: " + p.invalid if p.invalid else "complete")})
-    outcome = alloc.allocate([c])
+    if outcome is None:
+        outcome = alloc.allocate([c])
     out.allocatable = outcome.results is not None
     out.error = outcome.error
     if outcome.results is not None:
@@ -154,13 +205,12 @@ def explain(claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],
     except AllocationError as e:
         out.error = out.error or str(e)
         return out
-    short: dict[str, list[str]] = {}  # per request: why each of its (sub)requests is short
-    fine: set[str] = set()
+    candidates = alloc.candidates()
     for rd in rds:
         rx = RequestExplanation(rd.full_name, rd.spec.get("deviceClassName", ""),
                                 rd.spec.get("allocationMode") or "ExactCount",
                                 int(rd.spec.get("count") or 1))
-        for cand in alloc.candidates():
+        for cand in candidates:
             reason = _device_reason(alloc, cand, rd, state)
             if reason is None:
                 rx.matched.append("/".join(cand.id))
@@ -169,18 +219,12 @@ def explain(claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],
         if rx.mode == "All":
             rx.count = len(rx.matched)
         out.requests.append(rx)
-        top = rd.parent or rd.name
-        if (rx.mode != "All" and len(rx.matched) < rx.count) or \
-                (rx.mode == "All" and not rx.matched):
-            short.setdefault(top, []).append(
-                f"request {rx.request} needs {rx.count if rx.mode != 'All' else 'all'} "
-                f"device(s), {len(rx.matched)} match")
-        else:
-            fine.add(top)  # a firstAvailable request is short only if all subrequests are
     if not out.allocatable and not out.error:
-        reasons = [r for top, rs in short.items() if top not in fine for r in rs]
-        out.reasons = reasons or _combination_reasons(alloc, c, class_map, slices, node_obj,
-                                                      state, env)
+        fine = {rx.request.split("/", 1)[0] for rx in out.requests if not short(rx)}
+        reasons = [f"request {rx.request} needs {rx.count if rx.mode != 'All' else 'all'} "
+                   f"device(s), {len(rx.matched)} match" for rx in out.requests
+                   if short(rx) and rx.request.split("/", 1)[0] not in fine]
+        out.reasons = reasons or _combination_reasons(ctx, c, slices, node_obj, state)
         if outcome.invalid_pools:
             out.reasons.insert(0, "invalid resource pools were encountered: "
                                + "; ".join(outcome.invalid_pools))
@@ -205,17 +249,14 @@ def _requests(alloc: Allocator, claim: Mapping[str, Any]) -> list[RequestData]:
     return out
 
 
-def _combination_reasons(alloc: Allocator, claim: Mapping[str, Any],
-                         classes: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],
-                         node: Mapping[str, Any], state: AllocatedState,
-                         env: Environment | None) -> list[str]:
+def _combination_reasons(ctx: Context, claim: Mapping[str, Any],
+                         slices: Sequence[dict[str, Any]], node: Mapping[str, Any],
+                         state: AllocatedState) -> list[str]:
     constraints = claim["spec"]["devices"].get("constraints") or []
     if constraints:
         relaxed = {**claim, "spec": {**claim["spec"], "devices": {
             **claim["spec"]["devices"], "constraints": []}}}
-        again = Allocator([objects.slice_v1(s) for s in slices], dict(classes), node,
-                          state, env)
-        if again.allocate([relaxed]).results is not None:
+        if ctx.allocator(slices, node, state).allocate([relaxed]).results is not None:
             names = []
             for k in constraints:
                 kind = "matchAttribute" if k.get("matchAttribute") else "distinctAttribute"
@@ -227,7 +268,6 @@ def _combination_reasons(alloc: Allocator, claim: Mapping[str, Any],
     return ["enough devices match each request, but no choice of them fits together (shared "
             "counters or capacity of the devices taken, or one device wanted by several "
             "requests)"]
-
 
 
 @dataclass
@@ -263,32 +303,45 @@ def explain_pod(pod: str, claims: Iterable[Mapping[str, Any]],
                 env: Environment | None = None) -> PodExplanation:
     """Explain the claims of ``pod`` (already allocated ones are shown as allocated and hold
     their devices for the others, as in the scheduler)."""
-    node_obj: Mapping[str, Any] = node if isinstance(node, Mapping) else \
-        {"metadata": {"name": node}}
-    slices, classes = list(slices), list(classes)
     mine = [objects.claim_v1(c) for c in claims]
+    return explain_pod_v1(Context.of(classes, env), pod, mine,
+                          [objects.slice_v1(s) for s in slices], node_object(node),
+                          pod_state(mine, other_claims))
+
+
+def pod_state(mine: Sequence[Mapping[str, Any]], other_claims: Iterable[Mapping[str, Any]]
+              ) -> AllocatedState:
+    """What the pod's pending claims find held: the other claims' devices (not the pod's own
+    claims as read from the server) and those of the pod's claims already allocated."""
     uids = {(c.get("metadata") or {}).get("uid") for c in mine} - {None, ""}
     held = [c for c in other_claims if (c.get("metadata") or {}).get("uid") not in uids]
-    held += [c for c in mine if (c.get("status") or {}).get("allocation")]
-    pending = [c for c in mine if not (c.get("status") or {}).get("allocation")]
+    return from_claims(held + [c for c in mine if (c.get("status") or {}).get("allocation")])
+
+
+def explain_pod_v1(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
+                   slices: Sequence[dict[str, Any]], node_obj: Mapping[str, Any],
+                   state: AllocatedState) -> PodExplanation:
+    """:func:`explain_pod` of v1 claims over v1 slices; ``state``: :func:`pod_state`."""
+    pending: list[Mapping[str, Any]] = []
+    alone: list[Explanation] = []
     out = PodExplanation(pod, (node_obj.get("metadata") or {}).get("name", ""), True)
     for c in mine:
         if (c.get("status") or {}).get("allocation"):
-            meta = c.get("metadata") or {}
-            out.claims.append(Explanation(f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-                                          out.node, True, reasons=["already allocated"],
+            out.claims.append(Explanation(_claim_name(c), out.node, True,
+                                          reasons=["already allocated"],
                                           allocation=c["status"]["allocation"]))
         else:
-            out.claims.append(explain(c, slices, classes, node_obj, held, env))
-    if pending:
-        class_map = {k["metadata"]["name"]: k for k in map(objects.class_v1, classes)}
-        alloc = Allocator([objects.slice_v1(s) for s in slices], class_map, node_obj,
-                          from_claims(held), env)
-        outcome = alloc.allocate(pending)
+            pending.append(c)
+            alone.append(explain_v1(ctx, c, slices, node_obj, state))
+            out.claims.append(alone[-1])
+    if len(alone) == 1:  # the joint answer is the claim's own
+        out.allocatable, out.error = alone[0].allocatable, alone[0].error
+    elif pending:
+        outcome = ctx.allocator(slices, node_obj, state).allocate(pending)
         out.allocatable = outcome.results is not None
         out.error = outcome.error
-        if not out.allocatable and not out.error:
-            bad = [e.claim for e in out.claims if not e.allocatable]
-            out.reasons = ([f"claim {c} cannot be allocated" for c in bad] if bad else
-                           ["each claim can be allocated alone, but not all of them together"])
+    if not out.allocatable and not out.error:
+        bad = [e.claim for e in out.claims if not e.allocatable]
+        out.reasons = ([f"claim {c} cannot be allocated" for c in bad] if bad else
+                       ["each claim can be allocated alone, but not all of them together"])
     return out

@@ -35,8 +35,9 @@ def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
 
 
 def slice_v1(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A ResourceSlice in v1 shape (a copy)."""
-    out = copy.deepcopy(dict(_require_mapping(obj, "ResourceSlice")))
+    """A ResourceSlice in v1 shape: new dicts down to each device, whose values are shared
+    with ``obj`` (the allocator only reads them)."""
+    out = dict(_require_mapping(obj, "ResourceSlice"))
     spec = _require_mapping(out.get("spec") or {}, f"ResourceSlice {_name(out)}: spec")
     devices = []
     for i, dev in enumerate(spec.get("devices") or []):

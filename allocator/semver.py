@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 _NUM: Final = r"(0|[1-9][0-9]*)"
@@ -55,6 +56,7 @@ class Semver:
         return s
 
 
+@lru_cache(maxsize=4096)
 def parse(text: str) -> Semver:
     m = _SEMVER.fullmatch(text)
     if not m:

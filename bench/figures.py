@@ -74,6 +74,8 @@ SPECS: dict[str, FigureSpec] = {
                    Goal("<=", 1)),
         FigureSpec("explain_1000", "drakit explain: 1 claim against 1,000 devices "
                    "(allocation + reasons, fresh CEL environment)", "s", Goal("<=", 1)),
+        FigureSpec("explain_cluster_1000", "drakit explain --pod across 1,000 nodes x 10 "
+                   "devices (every node judged, fresh CEL environment)", "s", Goal("<=", 5)),
         FigureSpec("hotplug", "hot-plug: veth created -> slice with it published", "ms",
                    Goal("<=", 500)),
         FigureSpec("rss_idle", "plugin RSS, idle after start", "MB", Goal("report")),

@@ -52,6 +52,7 @@ def _groups() -> list[Group]:
         Group("discovery", ("discovery_4096",), discovery.run_discovery),
         Group("hotplug", ("hotplug",), hotplug.run_hotplug),
         Group("explain", ("explain_1000",), explain.run_explain),
+        Group("explain_cluster", ("explain_cluster_1000",), explain.run_explain_cluster),
         Group("pydra", ("pydra_prepare_p50", "pydra_prepare_p99", "pydra_unprepare_p50",
                         "pydra_throughput"), pydra.run_pydra),
         Group("go", tuple(vsgo.FIGURES), vsgo.run_vsgo),

@@ -3,14 +3,16 @@
 The claim comes from the API server (``NAMESPACE/NAME``), a file (``-f``, YAML or JSON,
 a ResourceClaim or ResourceClaimTemplate in any resource.k8s.io version) or a
 ResourceClaimTemplate on the server (``--template NAMESPACE/NAME``); ``--pod NAMESPACE/NAME``
-explains all claims of a pod, which the scheduler allocates together. The node's
+explains all claims of a pod, which the scheduler allocates together, on every node of the
+cluster unless ``--node`` is given (one line per node and the scheduler's summary). The
 ResourceSlices come from the API server, or from a file (``--slices-file``, a list, a
 ``kind: List`` or a multi-document YAML); DeviceClasses and the other claims (their
 allocations hold devices) from the API server unless ``--classes-file`` is given and
 ``--no-cluster-claims`` is set. The answer is drakit.allocator's, the scheduler's rules:
 per request the matching devices, per other device the rule that rules it out.
 
-Exit status: 0 allocatable on the node, 1 not, 2 usage or API error.
+Exit status: 0 allocatable on the node (with --pod alone: on some node), 1 not, 2 usage or
+API error.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +73,13 @@ class _Cluster:
         obj: dict[str, Any] = self.api.http.json("GET", self._path(plural, name, namespace))
         return obj
 
-    def list(self, plural: str) -> list[dict[str, Any]]:
+    def list(self, plural: str, core: bool = False) -> list[dict[str, Any]]:
+        """Every object of a resource.k8s.io resource (``core``: of /api/v1), in pages."""
+        path = f"/api/v1/{plural}" if core else self._path(plural)
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            page = self.api.http.json("GET", self._path(plural),
-                                      query={"limit": 500, "continue": token})
+            page = self.api.http.json("GET", path, query={"limit": 500, "continue": token})
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue") or None
             if not token:
@@ -84,6 +88,17 @@ class _Cluster:
     def node(self, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.api.http.json("GET", f"/api/v1/nodes/{name}")
         return obj
+
+
+@dataclass
+class _Inputs:
+    claim: Any  # one claim or template; with --pod, the pod's claims
+    slices: list[dict[str, Any]]
+    classes: list[dict[str, Any]]
+    others: list[dict[str, Any]]
+    node: dict[str, Any] | None = None  # None: --pod across all nodes
+    pod: dict[str, Any] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _ns_name(text: str, what: str) -> tuple[str, str]:
@@ -104,10 +119,10 @@ def _parser() -> argparse.ArgumentParser:
                    "(YAML or JSON; - for stdin)")
     p.add_argument("--template", help="NAMESPACE/NAME of a ResourceClaimTemplate on the server")
     p.add_argument("--pod", help="NAMESPACE/NAME of a Pod: all its claims, allocated together "
-                   "as the scheduler does (--node defaults to its node or its "
-                   "kubernetes.io/hostname nodeSelector)")
-    p.add_argument("--node", default=os.environ.get("NODE_NAME"),
-                   help="the node [NODE_NAME]")
+                   "as the scheduler does; without --node, on every node of the cluster "
+                   "(its nodeSelector, node affinity and tolerations as the scheduler "
+                   "applies them), one line per node")
+    p.add_argument("--node", help="the node [NODE_NAME, except with --pod]")
     p.add_argument("--slices-file", help="ResourceSlices from this file instead of the server")
     p.add_argument("--classes-file", help="DeviceClasses from this file instead of the server")
     p.add_argument("--no-cluster-claims", action="store_true",
@@ -118,16 +133,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pod_claims(cluster: _Cluster, ns: argparse.Namespace) -> list[dict[str, Any]]:
-    """The pod's claims (from its status for template-made ones; the template itself when
-    the claim is not made yet); sets ``ns.node`` from the pod when not given."""
-    namespace, name = _ns_name(ns.pod, "--pod")
+def _pod_claims(cluster: _Cluster, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The pod and its claims (from its status for template-made ones; the template itself
+    when the claim is not made yet)."""
+    namespace, name = _ns_name(text, "--pod")
     pod: dict[str, Any] = cluster.api.http.json(
         "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
     spec = pod.get("spec") or {}
-    if not ns.node:
-        ns.node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(
-            "kubernetes.io/hostname")
     made = {s.get("name"): s.get("resourceClaimName")
             for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
     claims = []
@@ -140,25 +152,25 @@ def _pod_claims(cluster: _Cluster, ns: argparse.Namespace) -> list[dict[str, Any
                 "resourceclaimtemplates", ref["resourceClaimTemplateName"], namespace)})
     if not claims:
         raise UsageError(f"pod {namespace}/{name} has no resource claims")
-    return claims
+    return pod, claims
 
 
-def _inputs(ns: argparse.Namespace) -> tuple[Any, ...]:
+def _inputs(ns: argparse.Namespace) -> _Inputs:
     given = [x for x in (ns.claim, ns.filename, ns.template, ns.pod) if x]
     if len(given) != 1:
         raise UsageError("give exactly one of NAMESPACE/NAME, -f FILE, --template NS/NAME, "
                          "--pod NS/NAME")
+    node_name = ns.node or (None if ns.pod else os.environ.get("NODE_NAME"))
+    if not ns.pod and not node_name:
+        raise UsageError("--node is required (or NODE_NAME)")
     need_cluster = not (ns.filename and ns.slices_file and ns.classes_file
                         and ns.no_cluster_claims)
     cluster = _Cluster(ns.kubeconfig) if need_cluster else None
-    claims: list[dict[str, Any]] = []
+    pod: dict[str, Any] = {}
+    claim: Any
     if ns.pod:
         assert cluster is not None
-        claims = _pod_claims(cluster, ns)
-    if not ns.node:
-        raise UsageError("--node is required (or NODE_NAME)")
-    if ns.pod:
-        claim: Any = claims
+        pod, claim = _pod_claims(cluster, ns.pod)
     elif ns.filename:
         docs = _documents(ns.filename)
         if len(docs) != 1:
@@ -174,33 +186,50 @@ def _inputs(ns: argparse.Namespace) -> tuple[Any, ...]:
         assert cluster is not None
         namespace, name = _ns_name(ns.claim, "claim")
         claim = cluster.get("resourceclaims", name, namespace)
-    slices = _documents(ns.slices_file) if ns.slices_file else \
-        (cluster.list("resourceslices") if cluster else [])
-    classes = _documents(ns.classes_file) if ns.classes_file else \
-        (cluster.list("deviceclasses") if cluster else [])
-    others = [] if ns.no_cluster_claims or cluster is None else cluster.list("resourceclaims")
-    node: dict[str, Any] = {"metadata": {"name": ns.node}}
+    out = _Inputs(
+        claim,
+        _documents(ns.slices_file) if ns.slices_file else
+        (cluster.list("resourceslices") if cluster else []),
+        _documents(ns.classes_file) if ns.classes_file else
+        (cluster.list("deviceclasses") if cluster else []),
+        [] if ns.no_cluster_claims or cluster is None else cluster.list("resourceclaims"),
+        pod=pod)
+    if node_name is None:
+        assert cluster is not None
+        try:
+            out.nodes = cluster.list("nodes", core=True)
+        except Exception as e:
+            from drakit.plugin.api.resourceapi import describe
+
+            raise UsageError(f"listing the nodes to judge them all: {' '.join(describe(e).split())}"
+                             " (give --node NODE to judge one node)") from None
+        return out
+    out.node = {"metadata": {"name": node_name}}
     if cluster is not None:
         # no read access to nodes (or no Node): slices by nodeName still match
         with contextlib.suppress(Exception):
-            node = cluster.node(ns.node)
-    return claim, slices, classes, node, others
+            out.node = cluster.node(node_name)
+    return out
 
 
 def explain_main(argv: Sequence[str]) -> int:
     parser = _parser()
     ns = parser.parse_args(argv)
     try:
+        from drakit.allocator.cluster import explain_cluster
         from drakit.allocator.explanation import explain, explain_pod
         from drakit.allocator.objects import ObjectError
 
-        claim, slices, classes, node, others = _inputs(ns)
-        if ns.pod:
-            pod = explain_pod(ns.pod, claim, slices, classes, node, others)
-            print(json.dumps(pod.to_dict(), indent=2) if ns.output == "json"
-                  else str(pod))
-            return 0 if pod.allocatable else 1
-        result = explain(claim, slices, classes, node, others)
+        got = _inputs(ns)
+        result: Any
+        if got.node is None:
+            result = explain_cluster(got.pod, got.claim, got.slices, got.classes, got.nodes,
+                                     got.others)
+        elif ns.pod:
+            result = explain_pod(ns.pod, got.claim, got.slices, got.classes, got.node,
+                                 got.others)
+        else:
+            result = explain(got.claim, got.slices, got.classes, got.node, got.others)
     except (UsageError, ObjectError, ImportError) as e:
         print(f"drakit explain: {e}", file=sys.stderr)
         return 2
@@ -209,8 +238,5 @@ def explain_main(argv: Sequence[str]) -> int:
 
         print(f"drakit explain: {' '.join(describe(e).split())}", file=sys.stderr)
         return 2
-    if ns.output == "json":
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(result)
+    print(json.dumps(result.to_dict(), indent=2) if ns.output == "json" else result)
     return 0 if result.allocatable else 1

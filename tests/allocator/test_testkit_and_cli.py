@@ -167,10 +167,23 @@ def test_explain_pod_allocates_its_claims_together(harness: DriverHarness, tmp_p
                                     {"name": "b", "resourceClaimName": "pair-b"}],
                  "containers": [{"name": "c", "image": "x"}]}})
     kc = str(harness.apiserver.write_kubeconfig(tmp_path / "kc"))
-    assert main(["explain", "--kubeconfig", kc, "--pod", "default/pair", "-o", "json"]) == 1
+    node = ["--node", harness.node_name]
+    assert main(["explain", "--kubeconfig", kc, "--pod", "default/pair", *node, "-o",
+                 "json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["node"] == harness.node_name
     assert [c["allocatable"] for c in doc["claims"]] == [True, True]
     assert doc["reasons"] == ["each claim can be allocated alone, but not all of them together"]
-    assert main(["explain", "--kubeconfig", kc, "--pod", "default/pair"]) == 1
+    assert main(["explain", "--kubeconfig", kc, "--pod", "default/pair", *node]) == 1
     assert "pod default/pair on node node-1: NOT ALLOCATABLE" in capsys.readouterr().out
+    # without --node: every node (here one), and the full answer of the only one left
+    assert main(["explain", "--kubeconfig", kc, "--pod", "default/pair", "-o", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"] == "0/1 nodes are available: 1 cannot allocate all claims."
+    [verdict] = doc["nodes"]
+    assert verdict["detail"] == ("each claim can be allocated alone, but not all of them "
+                                 "together")
+    assert (verdict["satisfied"], verdict["requests"]) == (2, 2)
+    assert doc["only_node"]["reasons"] == [
+        "each claim can be allocated alone, but not all of them together"]
+    assert doc["only_node"]["node"] == harness.node_name

@@ -172,3 +172,11 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
     if "pydra" in only:
         assert figures["pydra_prepare_p50"]["median"] is not None
         assert "ratio_prepare_p50" in figures
+
+
+def test_quick_explain_cluster_group(tmp_path: Path) -> None:
+    """The cluster-wide explain figure is measured and reported (50 nodes in quick mode)."""
+    figures = _run_bench(tmp_path, "explain_cluster", timeout=120)
+    f = figures["explain_cluster_1000"]
+    assert f["median"] is not None and f["verdict"] in ("pass", "miss")
+    assert f["extra"] == {"nodes": 50, "devices": 500}
