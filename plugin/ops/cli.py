@@ -269,5 +269,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return demo_main(rest)
 
 
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl drakit``: the same package's kubectl plugin, the executable
+    ``kubectl-drakit`` that kubectl finds on PATH (kubectl passes the words after ``drakit``
+    and the environment, ``KUBECONFIG`` included). Its command is ``explain``, as
+    ``drakit explain``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "explain":
+        from drakit.plugin.ops.explain import explain_main
+
+        return explain_main(args[1:], prog="kubectl drakit explain")
+    if args and args[0] not in ("-h", "--help"):
+        print(f"kubectl drakit: unknown command {args[0]!r}\n", file=sys.stderr)
+    print("usage: kubectl drakit explain [ARGS]\n\ncommands:\n  explain  why a pod is pending "
+          "or a ResourceClaim cannot be allocated (kubectl drakit explain --help)")
+    return 0 if args and args[0] in ("-h", "--help") else 2
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -108,9 +108,9 @@ def _ns_name(text: str, what: str) -> tuple[str, str]:
     return (ns if sep else "default"), name
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="drakit explain",
+        prog=prog,
         description="Explain whether a ResourceClaim can be allocated on a node, as "
         "kube-scheduler would decide, and why not. Exit 0: allocatable; 1: not; 2: usage or "
         "API error.", allow_abbrev=False)
@@ -212,8 +212,9 @@ def _inputs(ns: argparse.Namespace) -> _Inputs:
     return out
 
 
-def explain_main(argv: Sequence[str]) -> int:
-    parser = _parser()
+def explain_main(argv: Sequence[str], prog: str = "drakit explain") -> int:
+    """``drakit explain`` (``prog``: the name in usage and error lines)."""
+    parser = _parser(prog)
     ns = parser.parse_args(argv)
     try:
         from drakit.allocator.cluster import explain_cluster
@@ -231,12 +232,12 @@ def explain_main(argv: Sequence[str]) -> int:
         else:
             result = explain(got.claim, got.slices, got.classes, got.node, got.others)
     except (UsageError, ObjectError, ImportError) as e:
-        print(f"drakit explain: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # the API's answer, one line
         from drakit.plugin.api.resourceapi import describe
 
-        print(f"drakit explain: {' '.join(describe(e).split())}", file=sys.stderr)
+        print(f"{prog}: {' '.join(describe(e).split())}", file=sys.stderr)
         return 2
     print(json.dumps(result.to_dict(), indent=2) if ns.output == "json" else result)
     return 0 if result.allocatable else 1
