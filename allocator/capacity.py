@@ -119,13 +119,18 @@ def fits(request: Mapping[str, Any] | None, device: Mapping[str, Any],
         use = consumed_by(request, cap, name)
         if use.value < 0:
             raise CapacityError(f"capacity {name!r}: capacity value is negative")
-        if _violates(use, cap.get("requestPolicy") or {}):
-            return False, f"capacity {name}: {use} is not allowed by its requestPolicy"
+        policy = cap.get("requestPolicy") or {}
+        published = cap.get("value", "0")  # amounts print as the slice and claim wrote them
+        asked = qty.as_published(use, ((request or {}).get("requests") or {}).get(name)
+                                 or policy.get("default") or published)
+        if _violates(use, policy):
+            return False, f"capacity {name}: {asked} is not allowed by its requestPolicy"
         taken = already.get(name, qty.ZERO) + allocating.get(name, qty.ZERO)
-        value = qty.parse(cap.get("value", "0"))
+        value = qty.parse(published)
         if (use + taken).value > value.value:
-            left = value - taken
-            return False, f"capacity {name}: {use} requested, {left} of {value} left"
+            return False, (f"capacity {name}: {asked} requested, "
+                           f"{qty.as_published(value - taken, published)} of "
+                           f"{qty.as_published(value, published)} left")
     return True, ""
 
 

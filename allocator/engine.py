@@ -97,6 +97,15 @@ def blocking_taint(device: Mapping[str, Any], spec: Mapping[str, Any]) -> Mappin
     return None
 
 
+def add_consumption(into: dict[str, dict[str, qty.Quantity]], device: Mapping[str, Any]
+                    ) -> None:
+    """Add the device's ``consumesCounters`` to ``into`` (counter set → counter → amount)."""
+    for use in device.get("consumesCounters") or []:
+        cs = into.setdefault(use.get("counterSet", ""), {})
+        for name, v in (use.get("counters") or {}).items():
+            cs[name] = cs.get(name, qty.ZERO) + qty.parse((v or {}).get("value", "0"))
+
+
 def describe_taint(taint: Mapping[str, Any]) -> str:
     """``taint KEY[=VALUE]:EFFECT is not tolerated`` (a device's or a node's taint)."""
     value = f"={taint['value']}" if taint.get("value") else ""
@@ -218,6 +227,7 @@ class Allocator:
         self.env = env or default_environment()
         self.pools = gather(slices, node)
         self._eval = evaluations if evaluations is not None else Evaluations()
+        self.count_counters = True  # False: shared counters are not checked (explain)
         self._available: dict[str, dict[str, dict[str, qty.Quantity]]] = {}
 
     # -- selection --------------------------------------------------------------------------
@@ -447,17 +457,35 @@ class Allocator:
         avail = self.available_counters(c.pool)
         want: dict[str, dict[str, qty.Quantity]] = {
             n: dict(cs) for n, cs in extra.items()}
-        for use in c.device.get("consumesCounters") or []:
-            cs = want.setdefault(use.get("counterSet", ""), {})
-            for name, v in (use.get("counters") or {}).items():
-                cs[name] = cs.get(name, qty.ZERO) + qty.parse((v or {}).get("value", "0"))
+        add_consumption(want, c.device)
         for set_name, counters in avail.items():
             for name, have in counters.items():
                 used = want.get(set_name, {}).get(name, qty.ZERO)
                 if have.value < used.value:
-                    return False, (f"counter {name} of counter set {set_name}: {used} needed, "
-                                   f"{have} available")
+                    like = c.pool.counter_texts.get(set_name, {}).get(name)
+                    return False, (f"counter {name} of counter set {set_name}: "
+                                   f"{qty.as_published(used, like)} needed, "
+                                   f"{qty.as_published(have, like)} available")
         return True, ""
+
+    def counters_overdrawn(self, result: Mapping[str, Any]) -> tuple[list[str], str] | None:
+        """For an AllocationResult found with counters not counted: the devices of the first
+        pool whose shared counters they overdraw together, and the counter that does not
+        fit ("counter NAME of counter set SET: NEEDED needed, AVAILABLE available")."""
+        by_id = {c.id: c for c in self.candidates()}
+        picked: dict[str, list[Candidate]] = {}
+        for r in (result.get("devices") or {}).get("results") or []:
+            c = by_id.get((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
+            if c is not None and c.device.get("consumesCounters"):
+                picked.setdefault(c.pool.id, []).append(c)
+        for devices in picked.values():
+            used: dict[str, dict[str, qty.Quantity]] = {}
+            for c in devices:
+                ok, why = self.counters_fit(c, used)
+                if not ok:
+                    return ["/".join(d.id) for d in devices], why
+                add_consumption(used, c.device)
+        return None
 
     def _take(self, rd: RequestData, c: Candidate, must: bool) -> Any:
         ci = rd.claim
@@ -473,16 +501,13 @@ class Allocator:
                 u()
 
         skip_counters = multi and self._capacity_in_use(c.id)
-        if not skip_counters and c.device.get("consumesCounters"):
+        if self.count_counters and not skip_counters and c.device.get("consumesCounters"):
             pool_used = self._consumed.setdefault(c.pool.id, {})
             ok, _ = self.counters_fit(c, pool_used)
             if not ok:
                 return None
             before = {n: dict(cs) for n, cs in pool_used.items()}
-            for use in c.device.get("consumesCounters") or []:
-                cs = pool_used.setdefault(use.get("counterSet", ""), {})
-                for name, v in (use.get("counters") or {}).items():
-                    cs[name] = cs.get(name, qty.ZERO) + qty.parse((v or {}).get("value", "0"))
+            add_consumption(pool_used, c.device)
             undo.append(lambda: self._consumed.__setitem__(c.pool.id, before))
         if blocking_taint(c.device, rd.spec) is not None:
             rollback()

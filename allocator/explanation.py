@@ -18,9 +18,10 @@ Each device is judged against the request alone; what only a combination rules o
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from drakit.allocator import objects
 from drakit.allocator.capacity import CapacityError, fits
@@ -224,7 +225,8 @@ def explain_v1(ctx: Context, c: Mapping[str, Any], slices: Sequence[dict[str, An
         reasons = [f"request {rx.request} needs {rx.count if rx.mode != 'All' else 'all'} "
                    f"device(s), {len(rx.matched)} match" for rx in out.requests
                    if short(rx) and rx.request.split("/", 1)[0] not in fine]
-        out.reasons = reasons or _combination_reasons(ctx, c, slices, node_obj, state)
+        out.reasons = reasons or _combination_reasons(ctx, c, slices, node_obj, state,
+                                                      out.requests)
         if outcome.invalid_pools:
             out.reasons.insert(0, "invalid resource pools were encountered: "
                                + "; ".join(outcome.invalid_pools))
@@ -249,25 +251,83 @@ def _requests(alloc: Allocator, claim: Mapping[str, Any]) -> list[RequestData]:
     return out
 
 
+_TOGETHER: Final = "enough devices match each request, but"
+
+
 def _combination_reasons(ctx: Context, claim: Mapping[str, Any],
                          slices: Sequence[dict[str, Any]], node: Mapping[str, Any],
-                         state: AllocatedState) -> list[str]:
-    constraints = claim["spec"]["devices"].get("constraints") or []
+                         state: AllocatedState, requests: Sequence[RequestExplanation]
+                         ) -> list[str]:
+    """What stops devices that each fit alone: the constraints without which the claim
+    would be allocated, requests that together want more distinct devices than match them,
+    or the shared counter the scheduler's first choice overdraws."""
+    devices = claim["spec"]["devices"]
+    constraints = devices.get("constraints") or []
+
+    def without(drop: set[int]) -> dict[str, Any]:
+        kept = [k for i, k in enumerate(constraints) if i not in drop]
+        return {**claim, "spec": {**claim["spec"], "devices": {**devices,
+                                                                "constraints": kept}}}
+
+    def allocates(c: Mapping[str, Any]) -> bool:
+        return ctx.allocator(slices, node, state).allocate([c]).results is not None
+
     if constraints:
-        relaxed = {**claim, "spec": {**claim["spec"], "devices": {
-            **claim["spec"]["devices"], "constraints": []}}}
-        if ctx.allocator(slices, node, state).allocate([relaxed]).results is not None:
-            names = []
-            for k in constraints:
-                kind = "matchAttribute" if k.get("matchAttribute") else "distinctAttribute"
-                attr = k.get("matchAttribute") or k.get("distinctAttribute")
-                on = f" over requests {k['requests']}" if k.get("requests") else ""
-                names.append(f"{kind} {attr}{on}")
-            return ["enough devices match each request, but no choice of them satisfies "
-                    "constraint(s) " + "; ".join(names)]
-    return ["enough devices match each request, but no choice of them fits together (shared "
-            "counters or capacity of the devices taken, or one device wanted by several "
-            "requests)"]
+        blocking = [k for i, k in enumerate(constraints) if allocates(without({i}))]
+        if not blocking and allocates(without(set(range(len(constraints))))):
+            blocking = constraints
+        if blocking:
+            return [f"{_TOGETHER} no choice of them satisfies "
+                    + "; ".join(_describe_constraint(k) for k in blocking)]
+    alloc = ctx.allocator(slices, node, state)
+    shared = {"/".join(c.id) for c in alloc.candidates()
+              if c.device.get("allowMultipleAllocations")}
+    few = _too_few_distinct(requests, shared)
+    if few:
+        return [f"{_TOGETHER} {few}"]
+    alloc.count_counters = False
+    outcome = alloc.allocate([claim])
+    if outcome.results is not None:
+        overdrawn = alloc.counters_overdrawn(outcome.results[0])
+        if overdrawn:
+            picked, why = overdrawn
+            return [f"{_TOGETHER} their shared counters cannot hold them together: "
+                    f"{', '.join(picked)} (the first choice when counters are not counted) "
+                    f"need {why}"]
+    return [f"{_TOGETHER} no choice of them fits together (the capacity they consume or "
+            "the devices other requests take)"]
+
+
+def _describe_constraint(k: Mapping[str, Any]) -> str:
+    kind = "matchAttribute" if k.get("matchAttribute") else "distinctAttribute"
+    attr = k.get("matchAttribute") or k.get("distinctAttribute")
+    on = f" over requests {', '.join(k['requests'])}" if k.get("requests") else ""
+    return f"{kind} {attr}{on}"
+
+
+def _too_few_distinct(requests: Sequence[RequestExplanation], shared: set[str]) -> str:
+    """Hall's condition over the requests that want a number of devices (a
+    ``firstAvailable`` request: the fewest of its subrequests, matched by any of them; the
+    devices that allow several allocations left out): the smallest set of requests that
+    needs more devices than the distinct devices matching any of them; "" when none does."""
+    tops: dict[str, tuple[int, set[str]]] = {}
+    for r in requests:
+        if r.mode != "ExactCount":
+            continue
+        top = r.request.split("/", 1)[0]
+        count, matched = tops.get(top, (r.count, set()))
+        tops[top] = (min(count, r.count), matched | (set(r.matched) - shared))
+    groups = list(tops.items())
+    sizes = range(2, len(groups) + 1) if len(groups) <= 10 else [len(groups)]
+    for size in sizes:
+        for group in itertools.combinations(groups, size):
+            need = sum(count for _, (count, _) in group)
+            union = set().union(*(m for _, (_, m) in group))
+            if need > len(union):
+                return (f"requests {', '.join(name for name, _ in group)} need at least "
+                        f"{need} devices together and only {len(union)} distinct devices "
+                        "match them (a device is allocated to one request)")
+    return ""
 
 
 @dataclass

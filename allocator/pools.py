@@ -21,6 +21,8 @@ class Pool:
     slices: list[dict[str, Any]] = field(default_factory=list)  # targeting the node
     other_slices: list[dict[str, Any]] = field(default_factory=list)
     counter_sets: dict[str, dict[str, qty.Quantity]] = field(default_factory=dict)
+    # the counters' values as published (their text, for reasons: qty.as_published)
+    counter_texts: dict[str, dict[str, Any]] = field(default_factory=dict)
     incomplete: bool = False
     invalid: str = ""
 
@@ -119,6 +121,8 @@ def _build(driver: str, name: str, mine: list[dict[str, Any]],
             pool.counter_sets[cs.get("name", "")] = {
                 k: qty.parse((v or {}).get("value", "0"))
                 for k, v in (cs.get("counters") or {}).items()}
+            pool.counter_texts[cs.get("name", "")] = {
+                k: (v or {}).get("value", "0") for k, v in (cs.get("counters") or {}).items()}
     for s in pool.slices + pool.other_slices:
         for d in _spec(s).get("devices") or []:
             for use in d.get("consumesCounters") or []:

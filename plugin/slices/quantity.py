@@ -148,6 +148,27 @@ def canonical(value: Decimal, fmt: Format = "DecimalSI") -> str:
     return f"{prefix}{mantissa}e{e}"
 
 
+_PLAIN: Final = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+
+
+def as_published(q: Quantity, like: Any) -> str:
+    """``q`` written the way the published text ``like`` (the value it comes from or is
+    compared with) is, as the reader of the object wrote it rather than the API server's
+    canonical form: ``like`` itself when it has ``q``'s value (``1000``, not ``1k``), plain
+    digits when ``like`` has no suffix, else the canonical text of ``like``'s format
+    (``60Gi`` beside ``20Gi``). Text that is not a quantity leaves ``str(q)``."""
+    try:
+        published = parse(like)
+    except QuantityError:
+        return str(q)
+    text = str(like).strip()
+    if published.value == q.value:
+        return text
+    if _PLAIN.fullmatch(text):
+        return format(q.value.normalize(_EXACT), "f") if q.value else "0"
+    return canonical(q.value, published.format)
+
+
 def normalized(text: Any) -> str:
     """A comparison key: equal quantities give equal strings (``1Gi`` == ``1024Mi``);
     text that does not parse is returned unchanged."""

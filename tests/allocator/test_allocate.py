@@ -49,8 +49,9 @@ def test_first_available_falls_back() -> None:
     with pytest.raises(AllocationFailed) as e:  # g/small fits alone, not with a second g
         allocate([claim(req, request("w", count=4))], [rslice(GPUS)], [dclass()], "node-1")
     assert e.value.explanation.reasons == [
-        "enough devices match each request, but no choice of them fits together (shared "
-        "counters or capacity of the devices taken, or one device wanted by several requests)"]
+        "enough devices match each request, but requests g, w need at least 5 devices "
+        "together and only 4 distinct devices match them (a device is allocated to one "
+        "request)"]
 
 
 def test_match_and_distinct_attribute() -> None:
@@ -62,9 +63,32 @@ def test_match_and_distinct_attribute() -> None:
     [res] = allocate([claim(request(count=2), constraints=cons)], [rslice(GPUS)], [dclass()],
                      "node-1")
     assert _devs(res) == ["gpu-0", "gpu-2"]
-    with pytest.raises(AllocationFailed, match="constraint"):
+    with pytest.raises(AllocationFailed) as e:
         allocate([claim(request(count=3), constraints=cons)], [rslice(GPUS)], [dclass()],
                  "node-1")
+    assert e.value.explanation.reasons == [
+        f"enough devices match each request, but no choice of them satisfies "
+        f"distinctAttribute {DRIVER}/model"]
+
+
+def test_the_constraints_that_stop_a_claim_are_named() -> None:
+    gen = [device(f"gpu-{i}", {"gen": "x", "numa": i % 2, "model": "a100" if i < 2 else
+                               "h100"}) for i in range(4)]
+    cons = [{"matchAttribute": f"{DRIVER}/gen"}, {"distinctAttribute": f"{DRIVER}/numa"}]
+    with pytest.raises(AllocationFailed) as e:  # three distinct numa values: only two exist
+        allocate([claim(request(count=3), constraints=cons)], [rslice(gen)], [dclass()],
+                 "node-1")
+    assert e.value.explanation.reasons == [
+        "enough devices match each request, but no choice of them satisfies "
+        f"distinctAttribute {DRIVER}/numa"]
+    cons = [{"matchAttribute": f"{DRIVER}/model", "requests": ["a", "b"]},
+            {"matchAttribute": f"{DRIVER}/numa"}]
+    with pytest.raises(AllocationFailed) as e:  # each alone is satisfiable, not both
+        allocate([claim(request("a"), request("b"), constraints=cons)], [rslice(gen)],
+                 [dclass()], "node-1")
+    assert e.value.explanation.reasons == [
+        "enough devices match each request, but no choice of them satisfies "
+        f"matchAttribute {DRIVER}/model over requests a, b; matchAttribute {DRIVER}/numa"]
 
 
 def test_devices_of_other_claims_are_taken_out() -> None:
@@ -85,7 +109,18 @@ def test_shared_counters() -> None:
     assert _devs(res) == ["p0", "p1"]
     with pytest.raises(AllocationFailed) as e:
         allocate([claim(request(count=3))], slices, [dclass()], "node-1")
-    assert "fits together" in str(e.value)
+    assert e.value.explanation.reasons == [
+        f"enough devices match each request, but their shared counters cannot hold them "
+        f"together: {DRIVER}/pool-a/p0, {DRIVER}/pool-a/p1, {DRIVER}/pool-a/p2 (the first "
+        "choice when counters are not counted) need counter memory of counter set mem: 60Gi "
+        "needed, 40Gi available"]
+    other = claim(request(), name="other")  # holds p2: 20Gi of the 40Gi are left
+    other["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "pool-a", "device": "p2"}]}}}
+    with pytest.raises(AllocationFailed) as e:
+        allocate([claim(request(count=2))], slices, [dclass()], "node-1", [other])
+    assert e.value.explanation.reasons[0].endswith(
+        "need counter memory of counter set mem: 40Gi needed, 20Gi available")
 
 
 def test_incomplete_pool_is_not_used() -> None:

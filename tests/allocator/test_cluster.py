@@ -72,9 +72,10 @@ def test_fits_first_then_closest_then_rejected() -> None:
     assert [v.node for v in e.nodes] == ["node-9", "node-10", "c", "b", "d", "a"]
     v = by_node(e)
     assert (v["c"].satisfied, v["b"].satisfied, v["d"].satisfied) == (2, 1, 0)
-    assert v["c"].detail == ("claim default/c1: enough devices match each request, but no "
-                             "choice of them fits together (shared counters or capacity of "
-                             "the devices taken, or one device wanted by several requests)")
+    assert v["c"].detail == ("claim default/c1: enough devices match each request, but "
+                             "requests g, one need at least 3 devices together and only 2 "
+                             "distinct devices match them (a device is allocated to one "
+                             "request)")
     assert v["node-9"].detail == (f"would allocate g={DRIVER}/node-9/gpu-0, "
                                   f"g={DRIVER}/node-9/gpu-1, one={DRIVER}/node-9/gpu-2")
     assert str(e).startswith("pod default/p: ALLOCATABLE on 2 of 6 node(s)\n")

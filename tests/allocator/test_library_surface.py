@@ -64,3 +64,37 @@ def test_str_of_an_explanation_is_the_cli_text(tmp_path: Path,
     assert str(e).startswith("claim default/c1 on node node-1: NOT ALLOCATABLE\n")
     assert "gpu-1: taint: taint k=v:NoExecute is not tolerated" in str(e)
     assert "Explanation(" not in str(e) and "RequestExplanation(" not in str(e)
+
+
+def test_quantities_print_as_published() -> None:
+    """Counters and capacities in reasons read as the slice and claim wrote them: ``1000``,
+    not the API server's canonical ``1k``; sums and what is left in the same style."""
+    from drakit.plugin.slices.quantity import as_published, parse
+
+    assert as_published(parse("1000"), "1000") == "1000"
+    assert as_published(parse("1k"), "1000") == "1000"
+    assert as_published(parse("1200"), "1000") == "1200"
+    assert as_published(parse("1.5"), "1") == "1.5"
+    assert as_published(parse("60Gi"), "20Gi") == "60Gi"
+    assert as_published(parse("1000"), "1k") == "1k"
+    assert as_published(parse("3G"), "2500M") == "3G"
+    assert as_published(parse("1000"), None) == "1k"
+    counters = rslice([], name="counters", count=2, sharedCounters=[
+        {"name": "lanes", "counters": {"bandwidth": {"value": "1000"}}}])
+    links = [device(f"link-{i}", consumesCounters=[{"counterSet": "lanes", "counters": {
+        "bandwidth": {"value": "600"}}}]) for i in range(2)]
+    e = drakit.allocator.explain(claim(request(count=2)),
+                                 [counters, rslice(links, name="links", count=2)], [dclass()],
+                                 "node-1")
+    assert e.reasons[0].endswith("need counter bandwidth of counter set lanes: 1200 needed, "
+                                 "1000 available")
+    nic = device("nic-0", caps={"bandwidth": "1000"}, allowMultipleAllocations=True)
+    other = claim(request(), name="other")
+    other["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.example.com", "pool": "pool-a", "device": "nic-0",
+         "shareID": "0b8c3e1c-0000-4000-8000-000000000001",
+         "consumedCapacity": {"bandwidth": "800"}}]}}}
+    e = drakit.allocator.explain(claim(request(capacity={"requests": {"bandwidth": "500"}})),
+                                 [rslice([nic])], [dclass()], "node-1", [other])
+    [u] = e.requests[0].unmatched
+    assert u.detail == "capacity bandwidth: 500 requested, 200 of 1000 left"
