@@ -42,6 +42,13 @@ class Events:
     def checkpoint_error(self, message: str) -> None:
         """An operation failed because the checkpoint could not be read or written."""
 
+    def checkpoint_failed(self, error: Exception) -> str:
+        """Report ``error`` (the checkpoint cannot be read or written) through
+        :meth:`checkpoint_error`; returns its message, the error of the claims it failed."""
+        message = str(error)
+        self.checkpoint_error(message)
+        return message
+
     def status_invalid(self, reason: str) -> None:
         """A device's AllocatedDeviceStatus was left out because the API would reject it."""
 

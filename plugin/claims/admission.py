@@ -9,8 +9,8 @@ not be written), :func:`drop_started` (a prepare that failed or was rolled back)
 :func:`release` (unprepare). None of them does I/O: the CDI specs and the hooks run outside
 the lock (:mod:`drakit.plugin.claims.prepare`, :mod:`drakit.plugin.claims.unprepare`).
 
-Rules (the kubelet's DRA manager, k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go; issues 3
-and 16), per claim, in order:
+Rules (the kubelet's DRA manager, k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go), per
+claim, in order:
 
 - Already ``PrepareCompleted``: answered from its record (nothing runs again).
 - Another live instance's ``PrepareStarted`` (rolling update): refused with a retryable error.
@@ -32,8 +32,9 @@ claim's ``unprepared`` mark.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from drakit.plugin.claims.checkpoint import (
@@ -47,16 +48,43 @@ from drakit.plugin.claims.resourceclaim import Plan
 
 @dataclass
 class Admission:
-    """What :func:`admit` decided, by claim UID: ``started`` (admitted; their
-    ``PrepareStarted`` records), ``completed`` (already prepared: their records),
-    ``refused`` (the claim's error), ``prepared`` (admitted claims whose
-    ``PrepareCompleted`` record the caller built before admission: their hooks change
-    nothing on the node, see :mod:`drakit.plugin.claims.prepare`)."""
+    """What :func:`admit` decided, by claim UID: ``started`` (admitted and recorded
+    ``PrepareStarted``: their records), ``completed_now`` (admitted and recorded
+    ``PrepareCompleted`` at once from the record the caller built before admission: their
+    hooks change nothing on the node, see :mod:`drakit.plugin.claims.prepare`),
+    ``already_completed`` (``PrepareCompleted`` before this call: their records),
+    ``refused`` (the claim's error)."""
 
     started: dict[str, ClaimRecord] = field(default_factory=dict)
-    completed: dict[str, ClaimRecord] = field(default_factory=dict)
+    completed_now: dict[str, ClaimRecord] = field(default_factory=dict)
+    already_completed: dict[str, ClaimRecord] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
-    prepared: dict[str, ClaimRecord] = field(default_factory=dict)
+
+
+#: reservedFor digests remembered (for the stale-prepare rule); the oldest are forgotten.
+MAX_REMEMBERED_RESERVATIONS = 4096
+
+
+class Reservations:
+    """claim UID → digest of ``status.reservedFor`` as the claim's last prepare read it (an
+    unprepare keeps it in its mark for the stale-prepare rule); the newest
+    :data:`MAX_REMEMBERED_RESERVATIONS`. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, str] = {}
+
+    def remember(self, uid: str, digest: str | None) -> None:
+        if digest:
+            with self._lock:
+                self._seen.pop(uid, None)
+                self._seen[uid] = digest
+                while len(self._seen) > MAX_REMEMBERED_RESERVATIONS:
+                    del self._seen[next(iter(self._seen))]
+
+    def of(self, uids: Collection[str]) -> dict[str, str]:
+        with self._lock:
+            return {uid: self._seen[uid] for uid in uids if uid in self._seen}
 
 
 #: (pool, device) → the UIDs of the claims whose records hold it, in the order first seen
@@ -131,7 +159,7 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
         uid = p.ref.uid
         existing = claims.get(uid)
         if existing is not None and existing.phase == "PrepareCompleted":
-            out.completed[uid] = existing
+            out.already_completed[uid] = existing
             continue
         if existing is not None and held_elsewhere(existing, owner, owner_alive):
             out.refused[uid] = held_elsewhere_error(p.name, existing)
@@ -142,7 +170,7 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
             continue
         done = prepared.get(uid) if prepared else None
         if done is not None:
-            out.prepared[uid] = done
+            out.completed_now[uid] = done
         else:
             out.started[uid] = p.started(owner, now)
         for it in p.items:
@@ -165,9 +193,9 @@ def held_elsewhere_error(what: str, rec: ClaimRecord) -> str:
 
 
 def record(state: CheckpointState, admission: Admission) -> None:
-    """Put the admitted claims of ``admission`` (``started`` and ``prepared``) into
+    """Put the admitted claims of ``admission`` (``started`` and ``completed_now``) into
     ``state``, clearing their marks."""
-    for uid, rec in (admission.started | admission.prepared).items():
+    for uid, rec in (admission.started | admission.completed_now).items():
         state.claims[uid] = rec
         state.unprepared.pop(uid, None)
 

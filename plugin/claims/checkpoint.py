@@ -72,6 +72,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drakit.cdi.atomic import atomic_write
 from drakit.plugin.claims import checkpointlog
+from drakit.plugin.claims.checkpointlog import canonical
 from drakit.plugin.claims.owners import OwnerError, OwnerLocks
 
 log = logging.getLogger(__name__)
@@ -195,20 +196,15 @@ class CheckpointState:
         return CheckpointState(dict(self.claims), dict(self.unprepared))
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 def _checksum(body: Any) -> str:
-    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+    return hashlib.sha256(canonical(body).encode()).hexdigest()
 
 
 class Encoder:
     """Encodes a :class:`CheckpointState` as a snapshot (see the module docstring): one
     canonical encoding of ``{claims, log, unprepared}``, its checksum, and the version, in
     sorted-key order; the same bytes as ``json.dumps(sort_keys=True, separators=(",",
-    ":"))`` of the whole document. Without ``log`` it writes version 2 (the single file of
-    earlier releases, no log).
+    ":"))`` of the whole document (version :data:`FORMAT_VERSION`).
 
     Each record's JSON is kept while the map holds the very same record object (records
     are frozen, so the same object has the same JSON): a compaction encodes only the records
@@ -218,14 +214,13 @@ class Encoder:
         self._claims: dict[str, tuple[BaseModel, str]] = {}
         self._unprepared: dict[str, tuple[BaseModel, str]] = {}
 
-    def encode(self, state: CheckpointState, log: int | None = None) -> bytes:
+    def encode(self, state: CheckpointState, log: int) -> bytes:
+        """The snapshot of ``state`` naming log number ``log``."""
         claims, self._claims = _members(state.claims, self._claims)
         marks, self._unprepared = _members(state.unprepared, self._unprepared)
-        seq = "" if log is None else f'"log":{int(log)},'
-        body = f'{{"claims":{{{claims}}},{seq}"unprepared":{{{marks}}}}}'
+        body = f'{{"claims":{{{claims}}},"log":{int(log)},"unprepared":{{{marks}}}}}'
         digest = hashlib.sha256(body.encode()).hexdigest()
-        version = 2 if log is None else FORMAT_VERSION
-        return f'{{"checksum":"{digest}",{body[1:-1]},"version":{version}}}'.encode()
+        return f'{{"checksum":"{digest}",{body[1:-1]},"version":{FORMAT_VERSION}}}'.encode()
 
 
 def _members(records: dict[str, Any], cache: dict[str, tuple[BaseModel, str]]
@@ -237,7 +232,7 @@ def _members(records: dict[str, Any], cache: dict[str, tuple[BaseModel, str]]
         rec = records[key]
         hit = cache.get(key)
         if hit is None or hit[0] is not rec:
-            hit = (rec, f"{_canonical(key)}:{_canonical(_dump(rec))}")
+            hit = (rec, f"{canonical(key)}:{canonical(_dump(rec))}")
         new[key] = hit
     return ",".join(member for _, member in new.values()), new
 
@@ -249,12 +244,6 @@ def _dump(rec: BaseModel) -> dict[str, Any]:
         if doc.get(name) == type(rec).model_fields[name].default:
             del doc[name]
     return doc
-
-
-def decode(raw: bytes, path: Path) -> CheckpointState:
-    """The content of a snapshot file alone (any version, any JSON layout; a version 3
-    snapshot without its log). Raises CheckpointError as :func:`decode_snapshot`."""
-    return decode_snapshot(raw, path)[0]
 
 
 def decode_snapshot(raw: bytes, path: Path) -> tuple[CheckpointState, int | None]:
@@ -374,7 +363,7 @@ def _changed(before: dict[str, BaseModel], after: dict[str, BaseModel],
     ``touched`` are compared when given (the others are the same)."""
     if touched is None:
         out: list[tuple[str, str | None]] = [
-            (uid, _canonical(_dump(rec))) for uid, rec in after.items()
+            (uid, canonical(_dump(rec))) for uid, rec in after.items()
             if before.get(uid) is not rec]
         out += [(uid, None) for uid in before if uid not in after]
         return out
@@ -382,7 +371,7 @@ def _changed(before: dict[str, BaseModel], after: dict[str, BaseModel],
     for uid in touched:
         rec = after.get(uid)
         if rec is not before.get(uid):
-            out.append((uid, None if rec is None else _canonical(_dump(rec))))
+            out.append((uid, None if rec is None else canonical(_dump(rec))))
     return out
 
 

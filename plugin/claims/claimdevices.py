@@ -32,6 +32,7 @@ from drakit.cdi.spec import Device as CDIDevice
 from drakit.discovery.plugin import ClaimRef, PreparedDevice, UnprepareRequest, env_name
 from drakit.plugin.claims.checkpoint import ClaimRecord, PreparedDeviceRecord
 from drakit.plugin.claims.resourceclaim import Plan
+from drakit.plugin.klog import keys_of
 from drakit.plugin.slices.inventory import Inventory
 from drakit.plugin.types import PreparedDeviceRef, PrepareResult
 
@@ -204,7 +205,7 @@ class SpecWriter(Protocol):
     def list_specs(self) -> list[str]: ...
 
 
-def without_prepare_hook(plan: Plan) -> bool:
+def prepare_changes_nothing(plan: Plan) -> bool:
     """True when every device's plugin declares ``prepare_changes_node = False`` (its
     prepare changes nothing on the node; :class:`drakit.discovery.plugin.DiscoveryPlugin`)."""
     return not any(type(it.plugin).changes_node_on_prepare() for it in plan.items)
@@ -214,6 +215,10 @@ class HookExit(Exception):
     """A discovery plugin's hook raised what is not an ``Exception`` (``SystemExit``,
     ``KeyboardInterrupt``, another ``BaseException``): its claim's error, never the agent's
     exit or a kubelet call that never answers."""
+
+
+class SpecRewriteError(Exception):
+    """The CDI spec of a ``PrepareCompleted`` claim cannot be re-written from its record."""
 
 
 class HookFailed(Exception):
@@ -243,10 +248,6 @@ def claim_ref(rec: ClaimRecord) -> ClaimRef:
     return ClaimRef(namespace=rec.namespace, name=rec.name, uid=rec.uid)
 
 
-def log_context(ref: ClaimRef) -> dict[str, str]:
-    return {"claim_uid": ref.uid, "claim": f"{ref.namespace}/{ref.name}"}
-
-
 def answer(rec: ClaimRecord) -> PrepareResult:
     """The kubelet's answer for a prepared claim: per device its base request name, pool,
     device and CDI device IDs."""
@@ -270,7 +271,7 @@ class ClaimDevices:
 
     def compute(self, plan: Plan, progress: HookProgress | None = None) -> list[PreparedDevice]:
         """Every device's prepare hook output, for a claim whose plugins declare that their
-        ``prepare`` changes nothing on the node (:func:`without_prepare_hook`): run before
+        ``prepare`` changes nothing on the node (:func:`prepare_changes_nothing`): run before
         admission, outside the checkpoint's file lock, so a slow vendor hook never holds
         it. Raises what a hook raised."""
         out = []
@@ -348,20 +349,31 @@ class ClaimDevices:
             raise
         return rec
 
-    def rewrite_spec(self, rec: ClaimRecord) -> tuple[PrepareResult, bool]:
-        """The answer for a completed claim, re-writing its CDI spec first when it went
-        missing (e.g. /var/run/cdi is a tmpfs after a reboot). Returns (answer, whether
-        the spec was re-written); the answer holds the error when the write failed."""
+    def ensure_spec(self, rec: ClaimRecord) -> bool:
+        """Re-write the CDI spec of a ``PrepareCompleted`` claim from its record when it went
+        missing (e.g. /var/run/cdi is a tmpfs after a reboot). Returns whether it was
+        re-written. Raises SpecRewriteError naming the claim when it cannot be."""
         try:
             if self.specs.exists(rec.uid):
-                return answer(rec), False
+                return False
             self.specs.write(rec.uid, [
                 CDIDevice(name=d.cdi_name, container_edits=ContainerEdits.model_validate(d.edits))
                 for d in rec.devices])
         except Exception as e:
-            return PrepareResult(error=f"re-writing CDI spec of claim {rec.uid}: {e}"), False
+            raise SpecRewriteError(f"re-writing CDI spec of claim {rec.uid}: {e}") from e
         log.info("re-wrote missing CDI spec", extra={"claim_uid": rec.uid})
-        return answer(rec), True
+        return True
+
+    def answer_from_record(self, rec: ClaimRecord) -> PrepareResult:
+        """The kubelet's answer for a ``PrepareCompleted`` claim (``reused``), its CDI spec
+        re-written first when missing (:meth:`ensure_spec`); the error when it cannot be."""
+        try:
+            self.ensure_spec(rec)
+        except SpecRewriteError as e:
+            return PrepareResult(error=str(e))
+        result = answer(rec)
+        result.reused = True
+        return result
 
     def unprepare(self, rec: ClaimRecord) -> None:
         """Every device's unprepare hook; raises what the first failing hook raised."""
@@ -376,17 +388,17 @@ class ClaimDevices:
             try:
                 self._unprepare_device(ref, d)
             except Exception:
-                log.exception("unprepare hook during rollback failed", extra=log_context(ref))
+                log.exception("unprepare hook during rollback failed", extra=keys_of(ref))
         try:
             self.specs.remove(ref.uid)
         except Exception:
-            log.exception("removing CDI spec during rollback failed", extra=log_context(ref))
+            log.exception("removing CDI spec during rollback failed", extra=keys_of(ref))
 
     def _unprepare_device(self, ref: ClaimRef, d: PreparedDeviceRecord) -> None:
         plugin = self.inventory.plugin_named(d.plugin)
         if plugin is None:
             log.warning("plugin %s of device %s/%s is not loaded; skipping its unprepare hook",
-                        d.plugin, d.pool, d.device, extra=log_context(ref))
+                        d.plugin, d.pool, d.device, extra=keys_of(ref))
             return
         try:
             run_hook(plugin.unprepare, UnprepareRequest(

@@ -1,8 +1,9 @@
 """The node service of one driver (the node half of DRA): NodePrepareResources and
 NodeUnprepareResources as the kubelet calls them, version-neutral.
 
-Per call (one pod, one driver, one or more claims): claim references are checked (UID,
-namespace, name) and de-duplicated; single flight (:mod:`drakit.plugin.claims.inflight`)
+Per call (one pod, one driver, one or more claims of distinct UIDs: the gRPC servicer
+answers a UID listed twice once, :mod:`drakit.plugin.kubelet.dra`): claim references are
+checked (UID, namespace, name); single flight (:mod:`drakit.plugin.claims.inflight`)
 gives each claim to one call at a time; the claims this call runs go to
 :class:`drakit.plugin.claims.prepare.Prepare` or
 :class:`drakit.plugin.claims.unprepare.Unprepare`; the answer lists, per device, its base
@@ -16,15 +17,16 @@ concurrently; a caller waiting for another call's run of the same claim waits at
 its own deadline and does not take a result produced after that call's deadline (its caller
 had given up): it runs the claim afresh.
 
-Logging (:class:`ClaimLines`): one line per claim and outcome, here and nowhere else on the
-claim path: a claim prepared or unprepared at V(2) (``-v 2``), a failed claim once, at
-WARNING, its error in ``err`` (naming plugin, hook and device when a vendor hook failed) and
-a vendor hook's traceback in the same line; keys ``claim`` (namespace/name) and ``claimUID``.
-A call logs at most :data:`MAX_CLAIM_LINES` claim lines, then one line counting the rest.
+Logging (:class:`drakit.plugin.klog.ClaimLines`): one line per claim and outcome, here
+and nowhere else on the claim path: a claim prepared or unprepared at V(2) (``-v 2``), a
+failed claim once, at WARNING, its error in ``err`` (naming plugin, hook and device when a
+vendor hook failed) and a vendor hook's traceback in the same line; keys ``claim``
+(namespace/name) and ``claimUID``. A call logs at most
+:data:`drakit.plugin.klog.MAX_CLAIM_LINES` claim lines, then one line counting the rest.
 The call itself is one line at V(6) (its claim count, failures and milliseconds). At the
-default verbosity a successful call writes nothing: an INFO line per call cost ~7 % of a
-prepare → unprepare pair (bench/README.md, issue 18); the ``drakit_*_claims`` metrics count
-claims at any verbosity.
+default verbosity a successful call writes nothing (a line per call is a measurable part of
+a prepare → unprepare pair: ``make bench``); the ``drakit_*_claims`` metrics count claims at
+any verbosity.
 
 Crash recovery and the sweeps: :mod:`drakit.plugin.claims.recovery`. Crash tests: ``crash_hook``
 (a constructor argument, never set in production) is called at each of :data:`CRASH_POINTS`;
@@ -38,6 +40,7 @@ import time
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.api.retry import call_deadline
 from drakit.plugin.claims import owedstatus
+from drakit.plugin.claims.admission import Reservations
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.claims.claimdevices import (
     CRASH_POINTS,
@@ -47,11 +50,12 @@ from drakit.plugin.claims.claimdevices import (
     no_crash,
 )
 from drakit.plugin.claims.inflight import KubeletCalls, SingleFlight
-from drakit.plugin.claims.prepare import ClaimSource, Prepare, Reservations, StatusWriter
+from drakit.plugin.claims.owedstatus import StatusQueue
+from drakit.plugin.claims.prepare import ClaimSource, Prepare
 from drakit.plugin.claims.recovery import Recovery
 from drakit.plugin.claims.unprepare import Unprepare
 from drakit.plugin.events import Events
-from drakit.plugin.klog import V, claim_keys
+from drakit.plugin.klog import ClaimLines, V
 from drakit.plugin.names import (
     InvalidNameError,
     check_claim_uid,
@@ -62,7 +66,7 @@ from drakit.plugin.slices.inventory import Inventory
 from drakit.plugin.types import PrepareResult
 
 __all__ = ["CRASH_POINTS", "ClaimSource", "CrashHook", "NodeLogic", "SpecWriter",
-           "StatusWriter"]
+           "StatusQueue"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,7 @@ class NodeLogic:
         claims: ClaimSource,
         specs: SpecWriter,
         checkpoint: Checkpoint,
-        status: StatusWriter | None = None,
+        status: StatusQueue | None = None,
         events: Events | None = None,
         crash_hook: CrashHook | None = None,
         calls: KubeletCalls | None = None,
@@ -141,8 +145,8 @@ class NodeLogic:
         started = time.monotonic()
         with self.calls.call():
             results, joined = self._prepare_claims(claims, deadline, started)
-        lines = ClaimLines("prepare")
-        for ref in _dedupe(claims):
+        lines = ClaimLines(log, "prepare")
+        for ref in claims:
             got = results.get(ref.uid)
             if got is None or got.error:
                 lines.failed(ref, got.error if got else "no result", got.cause if got else None)
@@ -162,7 +166,7 @@ class NodeLogic:
         results: dict[str, PrepareResult] = {}
         joined: set[str] = set()
         refs: list[ClaimRef] = []
-        for ref in _dedupe(claims):
+        for ref in claims:
             try:
                 check_claim_uid(ref.uid)
                 check_namespace(ref.namespace)
@@ -199,7 +203,6 @@ class NodeLogic:
                     # The running call was an unprepare, failed, or its caller had given up
                     # (a stale result): prepare afresh.
                     refs.extend(r for r in claims if r.uid == uid and r.uid not in results)
-            refs = _dedupe(refs)
         return results, joined
 
     # -- unprepare -----------------------------------------------------------------------
@@ -220,8 +223,8 @@ class NodeLogic:
         causes: dict[str, BaseException] = {}
         with self.calls.call():
             results = self._unprepare_claims(claims, write_status, deadline, started, causes)
-        lines = ClaimLines("unprepare")
-        for ref in _dedupe(claims):
+        lines = ClaimLines(log, "unprepare")
+        for ref in claims:
             error = results.get(ref.uid, "no result")
             if error:
                 lines.failed(ref, error, causes.get(ref.uid))
@@ -237,7 +240,7 @@ class NodeLogic:
         """The results; ``causes`` gets the exceptions vendor hooks raised, by claim UID."""
         results: dict[str, str] = {}
         refs: list[ClaimRef] = []
-        for ref in _dedupe(claims):
+        for ref in claims:
             try:
                 check_claim_uid(ref.uid)
             except InvalidNameError as e:
@@ -272,11 +275,10 @@ class NodeLogic:
 
     # -- recovery and sweeps (drakit.plugin.claims.recovery) -----------------------------------
 
-    def recover(self, spec_claim_uids: list[str] | None = None) -> tuple[int, int]:
+    def recover(self) -> tuple[int, int]:
         """Start-up recovery (:meth:`drakit.plugin.claims.recovery.Recovery.recover`): returns
-        (claims rolled back, specs removed); raises CheckpointError while corrupt. The spec
-        list is taken under the checkpoint lock: ``spec_claim_uids`` is ignored (kept for
-        callers of the old signature). Then the AllocatedDeviceStatus applies and removals
+        (claims rolled back, specs removed); raises CheckpointError while corrupt. Then the
+        AllocatedDeviceStatus applies and removals
         an earlier instance left owed are queued (:func:`drakit.plugin.claims.owedstatus.resume`;
         nothing is sent when none is owed)."""
         got = self.recovery.recover()
@@ -293,69 +295,14 @@ class NodeLogic:
         return self.recovery.sweep_orphan_specs()
 
 
-#: Claim lines one kubelet call writes at most; the rest are counted in one line (a call of
-#: 10,000 claims logs a handful of lines).
-MAX_CLAIM_LINES = 16
-
-
-class ClaimLines:
-    """The per-claim lines of one kubelet call's ``what`` (``prepare`` / ``unprepare``): one
-    line per claim and outcome, the first :data:`MAX_CLAIM_LINES` of them, then :meth:`close`
-    counts the rest in one line. :attr:`failures` counts the failed claims."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.failures = 0
-        self._shown = 0
-        self._more_done = 0
-        self._more_failed = 0
-        self._verbose = log.isEnabledFor(V(2))  # a successful claim costs nothing below
-
-    def done(self, ref: ClaimRef, msg: str, *args: object) -> None:
-        """The claim succeeded: ``msg % args`` at V(2)."""
-        if not self._verbose:
-            return
-        if self._shown >= MAX_CLAIM_LINES:
-            self._more_done += 1
-            return
-        self._shown += 1
-        log.log(V(2), msg, *args, extra=claim_keys(ref.namespace, ref.name, ref.uid))
-
-    def failed(self, ref: ClaimRef, error: str, cause: BaseException | None = None) -> None:
-        """The claim failed with ``error`` (the kubelet's text), ``cause``'s traceback in the
-        same line (a vendor hook's exception, or drakit's own)."""
-        self.failures += 1
-        if self._shown >= MAX_CLAIM_LINES:
-            self._more_failed += 1
-            return
-        self._shown += 1
-        log.warning("%s failed", self.what,
-                    exc_info=(type(cause), cause, cause.__traceback__) if cause else None,
-                    extra={**claim_keys(ref.namespace, ref.name, ref.uid), "err": error})
-
-    def close(self) -> None:
-        more = self._more_done + self._more_failed
-        if self._more_failed:
-            log.warning("%s: %d more claim(s) of this call not logged one by one, %d of them "
-                        "failed", self.what, more, self._more_failed)
-        elif more:
-            log.log(V(2), "%s: %d more claim(s) of this call not logged one by one", self.what,
-                    more)
-
-
 def _log_call(what: str, claims: list[ClaimRef], failed: int, started: float) -> None:
     """The one line of a kubelet call, at V(6): how many claims (and the first names),
     how many failed, milliseconds. The claims have their own lines (:class:`ClaimLines`)."""
     if not log.isEnabledFor(V(6)):
         return
-    refs = _dedupe(claims)
+    refs = claims
     names = ", ".join(f"{r.namespace}/{r.name}" for r in refs[:3])
     log.log(V(6), "%s: %d claim(s) (%s%s), %d failed, %.1f ms", what, len(refs), names,
             ", …" if len(refs) > 3 else "", failed, (time.monotonic() - started) * 1e3)
 
 
-def _dedupe(claims: list[ClaimRef]) -> list[ClaimRef]:
-    seen: dict[str, ClaimRef] = {}
-    for c in claims:
-        seen.setdefault(c.uid, c)
-    return list(seen.values())

@@ -1,6 +1,6 @@
 """The AllocatedDeviceStatus a claim still owes the API server, kept in its checkpoint record.
 
-A claim's status is as durable as the claim (issue 30): the wish to apply this driver's
+A claim's status is as durable as the claim: the wish to apply this driver's
 ``status.devices`` entries (resource.k8s.io/v1 ``AllocatedDeviceStatus``, KEP-4817) is the
 ``status_owed`` flag of its ``PrepareCompleted`` record, written in the same checkpoint write
 that records the claim prepared; the wish to remove them is the ``status_owed`` flag of the
@@ -23,7 +23,9 @@ log = logging.getLogger("drakit.plugin.claims.status")
 
 
 class StatusQueue(Protocol):
-    """What :func:`resume` hands the owed work to (the status writer)."""
+    """Where a claim's AllocatedDeviceStatus work is queued (the status writer,
+    :class:`drakit.plugin.claims.status.StatusWriter`): ``write`` the entries of a
+    ``PrepareCompleted`` record (``resumed``: owed from before the start), ``remove`` them."""
 
     def write(self, claim: ClaimRef, record: ClaimRecord, *, resumed: bool = False) -> None: ...
     def remove(self, claim: ClaimRef) -> None: ...

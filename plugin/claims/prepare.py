@@ -7,7 +7,7 @@ runs them; see :mod:`drakit.plugin.claims.node`), read top to bottom in
    call's deadline) and planned (:func:`drakit.plugin.claims.resourceclaim.plan_claim`).
 2. The prepare hooks of claims whose plugins all declare ``prepare_changes_node = False``
    (on purpose; nothing is inferred from overridden methods:
-   :func:`drakit.plugin.claims.claimdevices.without_prepare_hook`) run first, each claim's
+   :func:`drakit.plugin.claims.claimdevices.prepare_changes_nothing`) run first, each claim's
    on a worker of its own, outside any lock: they change nothing on the node, so a claim
    that admission then refuses has left nothing behind. Their ``PrepareCompleted`` records
    are built from the hooks' outputs.
@@ -31,7 +31,7 @@ lock) never meets a prepare in progress, here or in another instance. The
 record recovery rolls back (:mod:`drakit.plugin.claims.recovery`), never a device prepared
 with no record. A ``PrepareCompleted`` record may lack its spec: after a crash between the
 record and the spec (step 4), or after a power loss (the spec's content is fsynced before
-its rename but its directory is not: issue #18, one fsync less per prepare); the start-up
+its rename but its directory is not: one fsync less per prepare); the start-up
 recovery re-writes it from the record before the kubelet can call, and a prepare answered
 from the record re-writes it too. The one-write path (steps 2 to 4) saves one checkpoint write
 per claim; bench/README.md has the figure it buys.
@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
@@ -53,6 +53,7 @@ from drakit.discovery.plugin import ClaimRef, PreparedDevice
 from drakit.plugin.api.retry import describe
 from drakit.plugin.claims.admission import (
     DeviceHolders,
+    Reservations,
     admit_into,
     complete,
     drop_recorded,
@@ -66,12 +67,13 @@ from drakit.plugin.claims.claimdevices import (
     HookWorkers,
     answer,
     claim_ref,
-    log_context,
-    without_prepare_hook,
+    prepare_changes_nothing,
 )
 from drakit.plugin.claims.inflight import SingleFlight
+from drakit.plugin.claims.owedstatus import StatusQueue
 from drakit.plugin.claims.resourceclaim import ClaimError, Plan, RetryableClaimError, plan_claim
 from drakit.plugin.events import Events
+from drakit.plugin.klog import keys_of
 from drakit.plugin.slices.inventory import Inventory
 from drakit.plugin.types import PrepareResult
 
@@ -79,8 +81,6 @@ log = logging.getLogger("drakit.plugin.claims.node")
 
 #: Threads reading the claims of one kubelet call concurrently (shared by all calls).
 CLAIM_READ_THREADS = 8
-#: reservedFor digests remembered (for the stale-prepare rule); the oldest are forgotten.
-MAX_REMEMBERED_RESERVATIONS = 4096
 
 
 class ClaimSource(Protocol):
@@ -91,46 +91,11 @@ class ClaimSource(Protocol):
         ...
 
 
-class StatusWriter(Protocol):
-    def write(self, claim: ClaimRef, record: ClaimRecord, *, resumed: bool = False) -> None: ...
-    def remove(self, claim: ClaimRef) -> None: ...
-
-
-def checkpoint_failed(events: Events, e: CheckpointError) -> str:
-    """Report a checkpoint failure; returns the claim error (its message), which the
-    claim's one failure line carries (:mod:`drakit.plugin.claims.node`)."""
-    msg = str(e)
-    events.checkpoint_error(msg)
-    return msg
-
-
-class Reservations:
-    """claim UID → digest of ``status.reservedFor`` as the claim's last prepare read it (an
-    unprepare keeps it in its mark for the stale-prepare rule); the newest
-    :data:`MAX_REMEMBERED_RESERVATIONS`. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: dict[str, str] = {}
-
-    def remember(self, uid: str, digest: str | None) -> None:
-        if digest:
-            with self._lock:
-                self._seen.pop(uid, None)
-                self._seen[uid] = digest
-                while len(self._seen) > MAX_REMEMBERED_RESERVATIONS:
-                    del self._seen[next(iter(self._seen))]
-
-    def of(self, uids: Collection[str]) -> dict[str, str]:
-        with self._lock:
-            return {uid: self._seen[uid] for uid in uids if uid in self._seen}
-
-
 class Prepare:
     """The prepare of owned claims (see the module docstring) for ``driver_name``."""
 
     def __init__(self, driver_name: str, inventory: Inventory, claims: ClaimSource,
-                 checkpoint: Checkpoint, devices: ClaimDevices, status: StatusWriter | None,
+                 checkpoint: Checkpoint, devices: ClaimDevices, status: StatusQueue | None,
                  events: Events, reservations: Reservations,
                  flights: SingleFlight | None = None) -> None:
         self.driver_name = driver_name
@@ -161,10 +126,10 @@ class Prepare:
             try:
                 rec = self.checkpoint.get(ref.uid)
             except CheckpointError as e:
-                results[ref.uid] = PrepareResult(error=checkpoint_failed(self.events, e))
+                results[ref.uid] = PrepareResult(error=self.events.checkpoint_failed(e))
                 continue
             if rec is not None and rec.phase == "PrepareCompleted":
-                results[ref.uid] = _reused(self.devices.rewrite_spec(rec)[0])
+                results[ref.uid] = self.devices.answer_from_record(rec)
             else:
                 todo.append(ref)
         plans: list[Plan] = []
@@ -230,7 +195,7 @@ class Prepare:
         causes: dict[str, BaseException] = {}
         # 2. The hooks that change nothing on the node run before admission, each claim's
         #    on a worker of its own, bounded by the call's deadline.
-        ran, late = self._hooks([p for p in plans if without_prepare_hook(p)],
+        ran, late = self._hooks([p for p in plans if prepare_changes_nothing(p)],
                                 self.devices.compute, deadline, self._late_pure)
         outputs: dict[str, list[PreparedDevice]] = {}
         for p in plans:
@@ -249,7 +214,7 @@ class Prepare:
         try:
             owner = self.checkpoint.owner
         except CheckpointError as e:
-            msg = checkpoint_failed(self.events, e)
+            msg = self.events.checkpoint_failed(e)
             return (_failed(errors, causes) | still
                     | {p.ref.uid: PrepareResult(error=msg) for p in plans}, set(late))
         now = time.time()
@@ -269,28 +234,28 @@ class Prepare:
                 admit_into, plans=plans, owner=owner, owner_alive=self.checkpoint.owner_alive,
                 now=now, holders=self._holders, prepared=built))
         except CheckpointError as e:
-            msg = checkpoint_failed(self.events, e)
+            msg = self.events.checkpoint_failed(e)
             # nothing was written for them; the claims whose hook failed keep their error
             return (_failed(errors, causes) | still
                     | {p.ref.uid: PrepareResult(error=msg) for p in plans}, set(late))
         for p in plans:  # the claims as this call saw them, for a later unprepare's mark
             self.reservations.remember(p.ref.uid, p.reservations)
         results = {uid: PrepareResult(error=err) for uid, err in adm.refused.items()}
-        for uid, rec in adm.completed.items():
-            results[uid] = _reused(self.devices.rewrite_spec(rec)[0])
+        for uid, rec in adm.already_completed.items():
+            results[uid] = self.devices.answer_from_record(rec)
 
         # 4. The CDI specs of the claims recorded PrepareCompleted at once, after their
         #    record (no spec without a record: the orphan sweep's rule).
         done: dict[str, ClaimRecord] = {}
-        if adm.prepared:
+        if adm.completed_now:
             self.devices.crash("after-checkpoint-write")
-        for uid, rec in adm.prepared.items():
+        for uid, rec in adm.completed_now.items():
             try:
                 self.devices.write_spec(uid, specs[uid])
                 done[uid] = rec
             except Exception as e:
                 errors[uid] = _failure(next(p for p in plans if p.ref.uid == uid), e)
-        self._drop_unwritten({uid: rec for uid, rec in adm.prepared.items() if uid in errors})
+        self._drop_unwritten({uid: rec for uid, rec in adm.completed_now.items() if uid in errors})
 
         # 5. The PrepareStarted claims: their hooks and CDI spec, each claim on a worker of
         #    its own, then one write records them PrepareCompleted (or drops the failed).
@@ -315,7 +280,7 @@ class Prepare:
                 self.checkpoint.update(partial(complete, done=started, failed=failed, owner=owner))
             except CheckpointError as e:
                 # Not recorded as completed: roll these claims back.
-                msg = checkpoint_failed(self.events, e)
+                msg = self.events.checkpoint_failed(e)
                 for rec in started.values():
                     self.devices.rollback(claim_ref(rec), list(rec.devices))
                 results |= {uid: PrepareResult(error=msg) for uid in settled}
@@ -336,7 +301,7 @@ class Prepare:
         """Claims recorded ``PrepareCompleted`` whose CDI spec could not be written: their
         records dropped again and their devices rolled back. When that write fails too, the
         record stays: the kubelet's retry is answered from it once its spec is re-written
-        (:meth:`ClaimDevices.rewrite_spec`)."""
+        (:meth:`ClaimDevices.answer_from_record`)."""
         if not records:
             return
         try:
@@ -344,7 +309,7 @@ class Prepare:
         except CheckpointError as e:
             log.error("%d claim(s) whose CDI spec could not be written stay recorded; the "
                       "kubelet's retry re-writes the spec", len(records),
-                      extra={"err": checkpoint_failed(self.events, e)})
+                      extra={"err": self.events.checkpoint_failed(e)})
             return
         for rec in records.values():
             self.devices.rollback(claim_ref(rec), list(rec.devices))
@@ -354,7 +319,7 @@ class Prepare:
             try:
                 self.status.write(ref, rec)
             except Exception:
-                log.exception("writing AllocatedDeviceStatus failed", extra=log_context(ref))
+                log.exception("writing AllocatedDeviceStatus failed", extra=keys_of(ref))
 
     # -- each claim's hooks on a worker of its own (drakit.plugin.claims.claimdevices) ----------
 
@@ -391,7 +356,7 @@ class Prepare:
             _log_late_failure(p, run)
         else:
             log.info("prepare hooks ended after the call's deadline; nothing recorded, the "
-                     "retry prepares the claim afresh", extra=log_context(p.ref))
+                     "retry prepares the claim afresh", extra=keys_of(p.ref))
         self._release_late(p)
 
     def _late_started(self, p: Plan, run: HookRun, owner: str) -> None:
@@ -411,16 +376,16 @@ class Prepare:
                 self.checkpoint.update(partial(complete, done={uid: rec}, failed=[], owner=owner))
             except CheckpointError as e:
                 log.error("recording a late prepare failed; rolled back", extra={
-                    **log_context(p.ref), "err": checkpoint_failed(self.events, e)})
+                    **keys_of(p.ref), "err": self.events.checkpoint_failed(e)})
                 self.devices.rollback(claim_ref(rec), list(rec.devices))
                 self._drop_started(uid, owner)
                 return
             self._queue_status(p.ref, rec)
             result = answer(rec)
             log.info("prepare hooks ended after the call's deadline; claim recorded prepared",
-                     extra=log_context(p.ref))
+                     extra=keys_of(p.ref))
         except Exception:
-            log.exception("recording a late prepare failed", extra=log_context(p.ref))
+            log.exception("recording a late prepare failed", extra=keys_of(p.ref))
         finally:
             self._release_late(p, result)
 
@@ -429,7 +394,7 @@ class Prepare:
             self.checkpoint.update(partial(drop_started, uids=[uid], owner=owner))
         except CheckpointError as e:  # the next start rolls the record back
             log.error("dropping a late prepare's record failed; the next start rolls it back",
-                      extra={"claim_uid": uid, "err": checkpoint_failed(self.events, e)})
+                      extra={"claim_uid": uid, "err": self.events.checkpoint_failed(e)})
 
     def _prepared(self, p: Plan, started: ClaimRecord,
                   progress: HookProgress | None = None) -> ClaimRecord:
@@ -471,17 +436,11 @@ def _log_late_failure(p: Plan, run: HookRun) -> None:
     err = run.progress.failed(p.name, run.error) or _failure(p, run.error)
     hook_error = run.error if not isinstance(run.error, ClaimError) else None
     log.warning("prepare failed after its call's deadline; nothing recorded",
-                exc_info=_exc_info(hook_error), extra={**log_context(p.ref), "err": err})
+                exc_info=_exc_info(hook_error), extra={**keys_of(p.ref), "err": err})
 
 
 def _exc_info(e: BaseException | None) -> Any:
     return (type(e), e, e.__traceback__) if e is not None else None
-
-
-def _reused(result: PrepareResult) -> PrepareResult:
-    """``result`` of a claim answered from its checkpoint record."""
-    result.reused = not result.error
-    return result
 
 
 def _run_failure(p: Plan, run: HookRun, causes: dict[str, BaseException]) -> str:

@@ -23,7 +23,12 @@ from collections.abc import Collection
 from drakit.plugin.api.retry import call_deadline
 from drakit.plugin.claims.admission import drop_started
 from drakit.plugin.claims.checkpoint import Checkpoint, ClaimRecord
-from drakit.plugin.claims.claimdevices import ClaimDevices, SpecWriter, claim_ref
+from drakit.plugin.claims.claimdevices import (
+    ClaimDevices,
+    SpecRewriteError,
+    SpecWriter,
+    claim_ref,
+)
 from drakit.plugin.claims.inflight import SingleFlight
 
 log = logging.getLogger("drakit.plugin.claims.node")
@@ -51,8 +56,10 @@ class Recovery:
         rewritten = 0
         for rec in self.checkpoint.claims().values():
             if rec.phase == "PrepareCompleted":
-                got, wrote = self.devices.rewrite_spec(rec)
-                rewritten += wrote and not got.error
+                try:
+                    rewritten += self.devices.ensure_spec(rec)
+                except SpecRewriteError as e:
+                    log.warning("recovery: %s", e, extra={"claim_uid": rec.uid})
         removed = self.sweep_orphan_specs()
         if rolled or removed or rewritten:
             log.warning("recovery: rolled back %d half-prepared claim(s), re-wrote %d missing "

@@ -35,13 +35,9 @@ from drakit.plugin.slices.rules import validate_capacity_amounts
 class ClaimError(Exception):
     """A claim that cannot be prepared; the message names the claim and field."""
 
-    retryable = False
-
 
 class RetryableClaimError(ClaimError):
     """A claim that may prepare on a later attempt (device busy, API unavailable)."""
-
-    retryable = True
 
 
 @dataclass(frozen=True)

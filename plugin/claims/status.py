@@ -173,7 +173,7 @@ class StatusWriter:
     claim is reported once (logged, ``events.status_error``); :attr:`behind` counts the claims whose
     status is not applied yet. ``field_manager`` defaults to ``drakit/<driver>``.
 
-    One apply per claim transition at most (issue #18): queued states of one claim coalesce
+    One apply per claim transition at most: queued states of one claim coalesce
     (only the newest is sent), and a removal is not sent for a claim prepared by this
     process whose entries no apply has carried yet (nothing of ours is on it; a claim this
     process did not prepare, e.g. before a restart, is always cleaned). An apply that

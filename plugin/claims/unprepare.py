@@ -14,10 +14,10 @@ without its spec, which the start-up recovery writes again
 spec is never removed from under a record another call or instance has just written (the
 records are dropped only after their specs are gone).
 
-The spec's removal is not made durable (no directory fsync; issue #18: one fsync less per
-unprepare): the record's removal after it is. After a power loss the spec may be back, with
-no record naming it, and the start-up recovery removes it (the orphan-spec sweep, under the
-file lock, before the kubelet can call).
+The spec's removal is not made durable (no directory fsync: one fsync less per unprepare);
+the record's removal after it is. After a power loss the spec may be back, with no record
+naming it, and the start-up recovery removes it (the orphan-spec sweep, under the file
+lock, before the kubelet can call).
 """
 
 from __future__ import annotations
@@ -28,11 +28,17 @@ from functools import partial
 
 from drakit.cdi.errors import CDINameError
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims.admission import held_elsewhere, held_elsewhere_error, release
+from drakit.plugin.claims.admission import (
+    Reservations,
+    held_elsewhere,
+    held_elsewhere_error,
+    release,
+)
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
-from drakit.plugin.claims.claimdevices import ClaimDevices, HookFailed, claim_ref, log_context
-from drakit.plugin.claims.prepare import Reservations, StatusWriter, checkpoint_failed
+from drakit.plugin.claims.claimdevices import ClaimDevices, HookFailed, claim_ref
+from drakit.plugin.claims.owedstatus import StatusQueue
 from drakit.plugin.events import Events
+from drakit.plugin.klog import keys_of
 
 log = logging.getLogger("drakit.plugin.claims.node")
 
@@ -41,7 +47,7 @@ class Unprepare:
     """The unprepare of owned claims (see the module docstring)."""
 
     def __init__(self, checkpoint: Checkpoint, devices: ClaimDevices,
-                 status: StatusWriter | None, events: Events,
+                 status: StatusQueue | None, events: Events,
                  reservations: Reservations) -> None:
         self.checkpoint = checkpoint
         self.devices = devices
@@ -61,12 +67,12 @@ class Unprepare:
         try:
             owner = self.checkpoint.owner
         except CheckpointError as e:
-            return {r.uid: checkpoint_failed(self.events, e) for r in refs}, causes
+            return {r.uid: self.events.checkpoint_failed(e) for r in refs}, causes
         for ref in refs:
             try:
                 rec = self.checkpoint.get(ref.uid)
             except CheckpointError as e:
-                results[ref.uid] = checkpoint_failed(self.events, e)
+                results[ref.uid] = self.events.checkpoint_failed(e)
                 continue
             if rec is None:
                 unknown.append(ref.uid)
@@ -90,7 +96,7 @@ class Unprepare:
         try:
             failed = self._drop(drop, unknown, write_status and self.status is not None)
         except CheckpointError as e:
-            msg = checkpoint_failed(self.events, e)
+            msg = self.events.checkpoint_failed(e)
             return results | dict.fromkeys(drop, msg), causes
         results.update(failed)
         for uid, rec in drop.items():
@@ -101,7 +107,7 @@ class Unprepare:
                     self.status.remove(claim_ref(rec))
                 except Exception:
                     log.exception("removing AllocatedDeviceStatus failed",
-                                  extra=log_context(claim_ref(rec)))
+                                  extra=keys_of(rec))
         return results, causes
 
     def _drop(self, drop: dict[str, ClaimRecord], unknown: list[str],

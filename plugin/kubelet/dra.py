@@ -29,6 +29,7 @@ import grpc
 
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.api.retry import call_deadline
+from drakit.plugin.klog import ClaimLines
 from drakit.plugin.kubelet.protocol import DRA_MODULES, DRA_V1
 from drakit.plugin.types import NodeService, PrepareResult
 
@@ -39,8 +40,6 @@ MAX_CLAIMS_PER_REQUEST = 64
 of one pod; pods reference a handful). Larger requests get a per-claim error."""
 MAX_ERROR_BYTES = 2048
 """Longest per-claim error string sent (UTF-8 bytes); longer ones are cut with ``…``."""
-MAX_CLAIM_LOG_LINES = 5
-"""Per-claim warning lines logged for one request; the rest are summed up in one line."""
 DECODE_LOG_INTERVAL = 60.0
 """Seconds between two log lines about undecodable gRPC requests (the others are counted)."""
 
@@ -93,25 +92,6 @@ def install_decode_error_filter() -> DecodeErrorLogFilter:
     return _DECODE_FILTER
 
 
-class _ClaimLog:
-    """Per-claim warning lines of one request: the first :data:`MAX_CLAIM_LOG_LINES`, then
-    one summary line (:meth:`close`)."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.count = 0
-
-    def warn(self, msg: str, *args: Any) -> None:
-        self.count += 1
-        if self.count <= MAX_CLAIM_LOG_LINES:
-            log.warning(msg, *args)
-
-    def close(self) -> None:
-        if self.count > MAX_CLAIM_LOG_LINES:
-            log.warning("%s: %d more claim(s) of this request failed (not logged one by one)",
-                        self.what, self.count - MAX_CLAIM_LOG_LINES)
-
-
 def bounded_error(message: str, limit: int = MAX_ERROR_BYTES) -> str:
     """``message`` cut to at most ``limit`` UTF-8 bytes (whole characters, ``…`` appended)."""
     data = message.encode("utf-8", "replace")
@@ -125,31 +105,35 @@ def _short(value: str, limit: int = 80) -> str:
     return repr(value) if len(value) <= limit else repr(value[:limit]) + f"...({len(value)} chars)"
 
 
-def claims_from_request(request_claims: Iterable[Any]) -> tuple[list[ClaimRef], dict[str, str]]:
-    """Split a request's ``claims`` into valid, de-duplicated ClaimRefs and per-UID errors.
+def claims_from_request(request_claims: Iterable[Any]
+                        ) -> tuple[list[ClaimRef], dict[str, tuple[ClaimRef, str]]]:
+    """Split a request's ``claims`` into valid ClaimRefs of distinct UIDs (what the node
+    service gets) and the refused entries (claim UID → (the entry, its error)).
 
-    The first occurrence of a UID wins. A claim missing namespace, name or uid gets an error
-    under its (possibly empty) UID and is not passed on.
+    The first occurrence of a UID wins (the answer has one entry per UID; one line counts
+    the repeats). A claim missing namespace, name or uid gets an error under its (possibly
+    empty) UID and is not passed on.
     """
     claims: list[ClaimRef] = []
-    errors: dict[str, str] = {}
+    errors: dict[str, tuple[ClaimRef, str]] = {}
     seen: set[str] = set()
-    twice = _ClaimLog("claims listed twice")
+    twice = 0
     for c in request_claims:
         if c.uid in seen:
-            twice.warn("claim %s/%s (uid %s) listed twice in one request", _short(c.namespace),
-                       _short(c.name), _short(c.uid))
+            twice += 1
             continue
         seen.add(c.uid)
+        ref = ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid)
         missing = [f for f in ("namespace", "name", "uid") if not getattr(c, f)]
         if missing:
-            errors[c.uid] = (
+            errors[c.uid] = (ref, (
                 f"claim {_short(c.namespace)}/{_short(c.name)} (uid {_short(c.uid)}): required"
-                f" field(s) {', '.join(missing)} empty in the request"
-            )
+                f" field(s) {', '.join(missing)} empty in the request"))
             continue
-        claims.append(ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid))
-    twice.close()
+        claims.append(ref)
+    if twice:
+        log.warning("%d claim entr(ies) listed twice in one request; each UID is answered once",
+                    twice)
     return claims, errors
 
 
@@ -190,7 +174,7 @@ class DraNodeServicer:
                       self.version, len(claims) + len(errors), MAX_CLAIMS_PER_REQUEST)
             message = (f"too many claims in one NodePrepareResources request "
                        f"({len(claims) + len(errors)}, at most {MAX_CLAIMS_PER_REQUEST})")
-            errors = {uid: message for uid in errors}
+            errors = {uid: (ref, message) for uid, (ref, _) in errors.items()}
             results = {c.uid: PrepareResult(error=message) for c in claims}
             claims_to_prepare: list[ClaimRef] = []
         else:
@@ -204,13 +188,12 @@ class DraNodeServicer:
                            for c in claims_to_prepare}
         response = self._pb2.NodePrepareResourcesResponse()
         # the claims the node service never saw are logged here; it logs each of its own
-        # claims' outcome once (drakit.plugin.claims.node.ClaimLines)
-        failed = _ClaimLog(f"{self.version} NodePrepareResources")
-        for uid, message in errors.items():
+        # claims' outcome once (drakit.plugin.claims.node)
+        failed = ClaimLines(log, f"{self.version} NodePrepareResources")
+        for uid, (ref, message) in errors.items():
             response.claims[uid].error = bounded_error(message)
             if not too_many:  # else the whole call was refused: said above, once
-                failed.warn("NodePrepareResources: claim entry (uid %s) refused: %s",
-                            _short(uid), response.claims[uid].error)
+                failed.failed(ref, response.claims[uid].error)
         wanted = {c.uid for c in claims}
         for uid in set(results) - wanted:
             log.warning("%s NodePrepareResources: node service answered for unrequested claim"
@@ -228,9 +211,7 @@ class DraNodeServicer:
             if entry.error:
                 entry.error = bounded_error(entry.error)
             if result is None and claims_to_prepare:
-                failed.warn("NodePrepareResources: claim %s/%s (uid %s) failed: %s",
-                            _short(claim.namespace), _short(claim.name), _short(claim.uid),
-                            entry.error)
+                failed.failed(claim, entry.error)
         failed.close()
         log.debug("%s NodePrepareResources: %d claim(s) in %.3fs", self.version,
                   len(response.claims), time.monotonic() - started)
@@ -271,19 +252,16 @@ class DraNodeServicer:
         response = self._pb2.NodeUnprepareResourcesResponse()
         # as in NodePrepareResources: only the claims the node service never saw, or gave
         # no result for, are logged here
-        failed = _ClaimLog(f"{self.version} NodeUnprepareResources")
-        for uid, message in errors.items():
+        failed = ClaimLines(log, f"{self.version} NodeUnprepareResources")
+        for uid, (ref, message) in errors.items():
             response.claims[uid].error = bounded_error(message)
-            failed.warn("NodeUnprepareResources: claim entry (uid %s) refused: %s",
-                        _short(uid), response.claims[uid].error)
+            failed.failed(ref, response.claims[uid].error)
         for claim in claims:
             entry = response.claims[claim.uid]  # an empty entry means success
             if claim.uid not in results:
                 entry.error = "internal error: the node service returned no result for this claim"
                 if results:  # else the node service raised: logged once above
-                    failed.warn("NodeUnprepareResources: claim %s/%s (uid %s) failed: %s",
-                                _short(claim.namespace), _short(claim.name),
-                                _short(claim.uid), entry.error)
+                    failed.failed(claim, entry.error)
             elif results[claim.uid]:
                 entry.error = bounded_error(str(results[claim.uid]))
         failed.close()

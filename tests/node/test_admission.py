@@ -68,7 +68,7 @@ def decide(plans: list[Plan], claims: dict[str, ClaimRecord] | None = None,
 
 def test_free_device_is_admitted_with_its_planned_record() -> None:
     got = decide([plan("a", "d0", "d1")])
-    assert not got.refused and not got.completed
+    assert not got.refused and not got.already_completed
     rec = got.started["a"]
     assert (rec.phase, rec.owner, rec.prepared_at, rec.fingerprint) == (
         "PrepareStarted", ME, NOW, "fp")
@@ -79,7 +79,7 @@ def test_free_device_is_admitted_with_its_planned_record() -> None:
 def test_completed_claim_is_answered_from_its_record() -> None:
     done = held("a", "d0")
     got = decide([plan("a", "d0")], {"a": done})
-    assert got.completed == {"a": done} and not got.started and not got.refused
+    assert got.already_completed == {"a": done} and not got.started and not got.refused
 
 
 def test_live_instance_preparing_refuses_and_a_dead_one_is_taken_over() -> None:
@@ -143,7 +143,7 @@ def test_admit_reads_only_and_record_writes_the_decision() -> None:
     # Claims prepared before the write (no prepare hook) are recorded completed at once.
     done = got.started["a"].model_copy(update={"phase": "PrepareCompleted"})
     state = CheckpointState(dict(claims), dict(marks))
-    record(state, Admission(prepared={"a": done}))
+    record(state, Admission(completed_now={"a": done}))
     assert state.claims == {"x": claims["x"], "a": done} and "a" not in state.unprepared
 
 
@@ -157,7 +157,7 @@ def test_admit_into_records_a_built_completed_record_only_when_the_claim_is_admi
     state = CheckpointState(dict(busy), {"a": UnpreparedRecord(at=NOW - 1)})
     got = admit_into(state, [a, b, plan("c", "d2")], ME, lambda o: o == ME, NOW,
                      prepared=built)
-    assert got.prepared == {"a": built["a"]} and set(got.started) == {"c"}
+    assert got.completed_now == {"a": built["a"]} and set(got.started) == {"c"}
     assert "still prepared for claim x" in got.refused["b"]
     assert state.claims == {"x": busy["x"], "a": built["a"], "c": got.started["c"]}
     assert state.unprepared == {}

@@ -84,7 +84,7 @@ def ours(h: DriverHarness, claim: dict[str, Any]) -> list[dict[str, Any]]:
 
 def checkpoint(h: DriverHarness) -> dict[str, Any]:
     """The whole checkpoint (snapshot and log) as the JSON of one snapshot."""
-    doc: dict[str, Any] = json.loads(Encoder().encode(Checkpoint(h.checkpoint_path).state()))
+    doc: dict[str, Any] = json.loads(Encoder().encode(Checkpoint(h.checkpoint_path).state(), log=1))
     return doc
 
 
