@@ -44,10 +44,6 @@ _DOMAIN_INDEX: Final = re.compile(
     r"""\b(attributes|capacity)\s*\[\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\]""")
 
 
-class CELError(Exception):
-    """A selector that does not compile (``compile_error``) or fails on a device."""
-
-
 @dataclass(frozen=True)
 class Selector:
     """A compiled selector expression, or its compile error."""

@@ -44,6 +44,16 @@ class BenchConfig:
     def tempdir(self, prefix: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.workdir))
 
+    def socket_tempdir(self, prefix: str) -> Path:
+        """:meth:`tempdir`, or a directory in the system's temporary directory when the
+        workdir's path is too long for the unix sockets below it (``sun_path``: 107 bytes,
+        with the kubelet's registry and plugin directory names)."""
+        root = self.tempdir(prefix)
+        if len(str(root)) > 40:
+            shutil.rmtree(root)
+            root = Path(tempfile.mkdtemp(prefix=prefix))
+        return root
+
 
 def byte_compile_drakit() -> None:
     """Byte-compile drakit's modules into their ``__pycache__`` directories (ignored by git),

@@ -5,6 +5,7 @@ goals are on the median of the per-round ratios."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -178,3 +179,15 @@ def _fmt(v: float) -> str:
 def fmt(v: float) -> str:
     """A number for the table: 3 significant-ish digits."""
     return _fmt(v)
+
+
+def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` (the first one the header) as a Markdown table with aligned columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                     + " |")
+        if k == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)

@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,10 +116,7 @@ def go_agent(cfg: BenchConfig, binary: Path, *, devices: int, write_status: bool
              wait: float = 60.0) -> Iterator[GoAgent]:
     """API server + fake kubelet + the Go driver as a child (registered when yielded);
     all stopped (SIGTERM, then SIGKILL) and the directory removed on exit."""
-    root = cfg.tempdir("go-")
-    if len(str(root)) > 40:  # unix socket paths must fit in 107 bytes
-        shutil.rmtree(root)
-        root = Path(tempfile.mkdtemp(prefix="go-"))
+    root = cfg.socket_tempdir("go-")
     registrar = root / "registry"
     plugin_dir = root / "plugins" / GO_DRIVER
     cdi = root / "cdi"

@@ -26,7 +26,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,10 +71,7 @@ def ensure_pydra() -> tuple[Path | None, str]:
 @contextlib.contextmanager
 def pydra_agent(cfg: BenchConfig, target: Path) -> Iterator[ClaimBench]:
     """API server + fake kubelet + pydra's network plugin as a child; all stopped on exit."""
-    root = cfg.tempdir("pydra-")
-    if len(str(root)) > 40:  # unix socket paths must fit in 107 bytes
-        shutil.rmtree(root)
-        root = Path(tempfile.mkdtemp(prefix="pydra-"))
+    root = cfg.socket_tempdir("pydra-")
     registrar = root / "registry"
     plugin_dir = root / "plugins" / PYDRA_DRIVER
     cdi = root / "cdi"

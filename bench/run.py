@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import BenchConfig, byte_compile_drakit
-from bench.figures import SPECS, Result, fmt
+from bench.figures import SPECS, Result, fmt, markdown_table
 from bench.runtime import runtime_python
 
 log = logging.getLogger("bench")
@@ -101,14 +101,7 @@ def table(results: Sequence[Result]) -> str:
         spread = f"{fmt(s.min)}-{fmt(s.max)}" if s.n > 1 else "(1 run)"
         rows.append((spec.title, f"{fmt(s.median)} {spec.unit}", spread,
                      spec.goal.text(spec.unit), r.verdict))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = []
-    for k, row in enumerate(rows):
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-                     + " |")
-        if k == 0:
-            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+    return markdown_table(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,7 +54,7 @@ from bench.env import (
     fsync_floor_ms,
     rss_mb,
 )
-from bench.figures import SPECS, Result, fmt
+from bench.figures import SPECS, Result, fmt, markdown_table
 from bench.godriver import ensure_go_driver, go_agent
 from bench.runtime import runtime_python
 from bench.stats import percentile, summarize
@@ -453,23 +453,12 @@ def side_by_side(results: dict[str, Result]) -> str:
                          _cell(r.extra.get("nostatus_ratio_vs_go"), "x")))
     if len(rows) == 1:
         return ""
-    text = _markdown(rows)
+    text = markdown_table(rows)
     if len(bare) > 1:
         text += ("\n\nwithout AllocatedDeviceStatus on either side (drakit run "
                  "--no-device-status, the Go driver without -write-status):\n\n"
-                 + _markdown(bare))
+                 + markdown_table(bare))
     return text
-
-
-def _markdown(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for k, row in enumerate(rows):
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-                     + " |")
-        if k == 0:
-            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
 
 
 def _cell(values: Sequence[float] | None, unit: str) -> str:

@@ -75,18 +75,6 @@ class DeviceAttribute(_APIModel):
                 return v
         return None
 
-    def is_list(self) -> bool:
-        return any(getattr(self, k) is not None for k in ("ints", "bools", "strings", "versions"))
-
-    def value_count(self) -> int:
-        """Values this attribute contributes to the per-device limit of 48 (list = its length)."""
-        total = 0
-        for k in type(self).model_fields:
-            v = getattr(self, k)
-            if v is not None:
-                total += len(v) if isinstance(v, list) else 1
-        return total
-
     @classmethod
     def of(cls, value: Any) -> DeviceAttribute:
         """Wrap a plain value: bool, int, str (string) or an existing DeviceAttribute/dict."""

@@ -18,8 +18,7 @@ are ``<RFC 3339 time with zone> <level> <logger> <file:line>] "<msg>" key="value
 Every value — the message after ``%`` formatting, each key, each traceback line — is escaped
 (:func:`escape`: no raw control, line-separator or bidi-override characters) and bounded
 (:data:`VALUE_MAX`, :data:`MSG_MAX`), and a line as a whole is bounded (:data:`LINE_MAX`):
-text from a request or the API server cannot forge a log line or fill a disk. A list of names
-goes into a line through :func:`few` (a count and the first few).
+text from a request or the API server cannot forge a log line or fill a disk.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -93,15 +92,6 @@ def escape(value: object, limit: int = VALUE_MAX) -> str:
     text = value if isinstance(value, str) else str(value)
     # cut before escaping (a 4 MiB field costs no 4 MiB translate), then again after
     return bound(bound(text, limit).translate(_TABLE), limit)
-
-
-def few(names: Iterable[object], shown: int = 3) -> str:
-    """A count and the first ``shown`` names, for a line about many objects:
-    ``"3 claims: a, b, c"`` → ``"10000: default/n0, default/n1, default/n2, …"``."""
-    items = list(names)
-    head = ", ".join(escape(n, 256) for n in items[:shown])
-    more = ", …" if len(items) > shown else ""
-    return f"{len(items)}: {head}{more}" if items else "0"
 
 
 def _value(value: Any, limit: int, depth: int = 0) -> Any:

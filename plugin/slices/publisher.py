@@ -72,7 +72,7 @@ from typing import Any
 
 from drakit.discovery.model import Pool
 from drakit.plugin.api.resourceapi import ResourceAPI, WatchEvent
-from drakit.plugin.api.retry import Backoff, Deadline, ErrorKind, classify, describe
+from drakit.plugin.api.retry import Backoff, describe
 from drakit.plugin.background import Supervisor
 from drakit.plugin.events import Events
 from drakit.plugin.slices.calls import ApiCalls
@@ -94,7 +94,7 @@ from drakit.plugin.slices.watch import Scope, SliceWatcher, Timing
 from drakit.plugin.slices.writes import OwnWrites, Replan, SliceWriter
 
 __all__ = ["PUBLISHER_NODE_LABEL", "PublishError", "PublisherStats", "SlicePublisher",
-           "SyncReport", "cleanup_slices", "node_label_value", "slice_name_prefix"]
+           "SyncReport", "node_label_value", "slice_name_prefix"]
 
 log = logging.getLogger(__name__)
 
@@ -364,12 +364,6 @@ class SlicePublisher:
         for t in threads:
             t.join(timeout)
 
-    def cleanup(self, deadline: float | None = None) -> int:
-        """Delete every slice of this driver for this node (through this publisher's calls:
-        retries, Retry-After hold-back, ``deadline``); returns how many."""
-        return cleanup_slices(self.api, self.driver, self.node, calls=self._calls,
-                              deadline=deadline)
-
     # ------------------------------------------------------------------ sync
 
     def _sync(self, *, full: bool = False, relist: bool = True) -> SyncReport:
@@ -507,30 +501,3 @@ class SlicePublisher:
 
     def _fetch_node_uid(self) -> str:
         return self._calls(lambda: self.api.get_node_uid(self.node), f"GET node {self.node}")
-
-
-def cleanup_slices(api: ResourceAPI, driver: str, node: str, *, backoff: Backoff | None = None,
-                   sleep: Callable[[float], Any] = time.sleep, calls: ApiCalls | None = None,
-                   deadline: Deadline | float | None = None) -> int:
-    """Delete every ResourceSlice of ``driver`` for ``node`` (node-local ones by field
-    selectors, others by :data:`PUBLISHER_NODE_LABEL`); returns how many were deleted.
-    For ``drakit cleanup`` (uninstall). Every call goes through ``calls`` (default: new
-    :class:`~drakit.plugin.slices.calls.ApiCalls` with ``backoff`` and ``sleep``), bounded by
-    ``deadline`` (``time.monotonic()`` seconds; TimeoutError once it has passed)."""
-    call = calls or ApiCalls(backoff, sleep=sleep)
-    what = "ResourceSlice cleanup"
-    local = call(lambda: api.list_slices(driver, node), what, deadline)
-    remote = call(lambda: api.list_slices(
-        driver, label_selector=f"{PUBLISHER_NODE_LABEL}={node_label_value(node)}"), what,
-        deadline)
-    names = {o["metadata"]["name"] for o in local.items}
-    names |= {o["metadata"]["name"] for o in remote.items if not o["spec"].get("nodeName")}
-    deleted = 0
-    for name in sorted(names):
-        try:
-            call(lambda n=name: api.delete_slice(n), what, deadline)  # type: ignore[misc]
-            deleted += 1
-        except Exception as exc:
-            if classify(exc) is not ErrorKind.NOT_FOUND:
-                raise
-    return deleted

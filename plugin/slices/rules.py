@@ -122,10 +122,6 @@ DRAKIT_DEFAULT: Final = RuleOptions(reject_negative_quantities=True,
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-def _present(d: dict[str, Any], k: str) -> bool:
-    return d.get(k) is not None
-
-
 def _quantity(value: Any, path: str, errs: list[FieldError]) -> Quantity | None:
     """Parse a quantity or record the decode error the server would give (400)."""
     if value is None:
@@ -993,12 +989,3 @@ def driver_qualified_name(driver: str, key: str, path: str) -> list[FieldError]:
         return [fe.invalid(path, key, f"use unqualified {json.dumps(ident)}, the driver name "
                                       "is added implicitly")]
     return []
-
-
-def driver_warnings(driver: str) -> list[str]:
-    """Warnings the server adds on create/update (upper-case driver names)."""
-    if driver != driver.lower():
-        return [f"spec.driver: driver names should be lowercase; {json.dumps(driver)} contains "
-                "uppercase characters"]
-    return []
-

@@ -12,11 +12,11 @@ from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 from drakit.discovery.model import CounterSet, Device, DeviceTaint, Pool
 from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.events import RecordedEvents
+from drakit.plugin.ops.cleanup import delete_slices, driver_slices
 from drakit.plugin.slices.publisher import (
     PUBLISHER_NODE_LABEL,
     PublishError,
     SlicePublisher,
-    cleanup_slices,
 )
 from drakit.plugin.slices.validate import SliceValidationError, ValidationIssue
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
@@ -346,9 +346,10 @@ def test_cleanup_removes_this_nodes_slices_only(server: EmbeddedAPIServer,
     make_publisher(server).publish([pool(200), pool(1, name="shared", all_nodes=True)])
     other = make_publisher(server, node_name="node-b")
     other.publish([pool(1, name="node-b")])
-    assert cleanup_slices(other.api, DRIVER, NODE) == 3
+    assert delete_slices(other.api, driver_slices(other.api, DRIVER, NODE)) == 3
     assert [s["spec"]["pool"]["name"] for s in slices(server)] == ["node-b"]
-    assert other.cleanup() == 1 and slices(server) == []
+    assert delete_slices(other.api, driver_slices(other.api, DRIVER, "node-b")) == 1
+    assert slices(server) == []
 
 
 class _GateOffAPI(ResourceAPI):

@@ -17,7 +17,9 @@ from slices_helpers import DRIVER, NODE, SleepRecorder, wait_for
 from drakit.discovery.model import Device, Pool
 from drakit.plugin.api.resourceapi import ResourceAPI
 from drakit.plugin.api.retry import Backoff
-from drakit.plugin.slices.publisher import PublishError, SlicePublisher, cleanup_slices
+from drakit.plugin.ops.cleanup import driver_slices
+from drakit.plugin.slices.calls import ApiCalls
+from drakit.plugin.slices.publisher import SlicePublisher
 from drakit.plugin.slices.schedule import ResyncSchedule
 from drakit.plugin.testing.apiserver import EmbeddedAPIServer, FaultPlan
 
@@ -77,28 +79,14 @@ def test_publisher_trigger_after_a_failed_sync_waits_for_the_backoff(
     wait_for(lambda: slices(server), 15, "the retry after the backoff")
 
 
-def test_cleanup_waits_out_the_publishers_retry_after(
-        server: EmbeddedAPIServer, make_publisher: MakePublisher,
-        sleeps: SleepRecorder) -> None:
-    pub = make_publisher(server, backoff=Backoff(initial=0.01, attempts=1))
-    pub.publish([pool(1)])
-    server.set_faults(FaultPlan(throttle_rate=1.0, retry_after_seconds=3, max_faults=1,
-                                verbs=frozenset({"list"})))
-    with pytest.raises(PublishError, match="429"):
-        pub.sync()
-    sleeps.calls.clear()
-    assert pub.cleanup() == 1
-    assert sleeps.calls and 2.0 <= sleeps.calls[0] <= 3.0   # the hold-back, before the LIST
-    assert slices(server) == []
-
-
 def test_cleanup_gives_up_at_the_callers_deadline(server: EmbeddedAPIServer,
                                                   sleeps: SleepRecorder) -> None:
     api = ResourceAPI(server.api_client(), request_timeout=10)
     server.set_faults(FaultPlan(throttle_rate=1.0, retry_after_seconds=5,
                                 verbs=frozenset({"list"})))
     with pytest.raises(ApiException) as err:
-        cleanup_slices(api, DRIVER, NODE, sleep=sleeps, deadline=time.monotonic() + 1.0)
+        driver_slices(api, DRIVER, NODE, calls=ApiCalls(sleep=sleeps),
+                      deadline=time.monotonic() + 1.0)
     assert err.value.status == 429
     assert sleeps.calls == []                # a 5 s wait would end past the deadline
     assert len(server.requests(verb="list", resource="resourceslices")) == 1

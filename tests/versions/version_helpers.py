@@ -74,13 +74,6 @@ class Release:
     def minor(self) -> str:
         return ".".join(self.version.split(".")[:2])
 
-    def has(self, gate: str) -> bool:
-        return gate in self.gates
-
-    def enabled_by_default(self, gate: str) -> bool:
-        g = self.gates.get(gate)
-        return g is not None and g.default
-
     def matrix_gates(self) -> dict[str, bool]:
         """DynamicResourceAllocation and every DRA gate the release knows switched on, but
         :data:`LEFT_AT_DEFAULT` and deprecated ones."""
