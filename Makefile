@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin docs
+.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin docs wheel
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ $(DOCS_STAMP): $(STAMP)
 ## docs: the documentation site (docs/, mkdocs.yml) into site/; any warning fails the build
 docs: $(DOCS_STAMP)
 	$(VENV)/bin/mkdocs build --strict
+
+## wheel: drakit's wheel into $(DIST) (dist/drakit-<version>-py3-none-any.whl), built with the
+## venv's setuptools and no package index; `pip install 'dist/drakit-<version>-py3-none-any.whl[explain]'`
+## installs it elsewhere (docs/index.md "Install")
+DIST ?= dist
+wheel: install
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w $(DIST) .
 
 ## run: embedded API server + drakit run (net, pci discovery on this machine's /sys) + fake kubelet
 run: install
@@ -92,4 +99,4 @@ bench-scale: install
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-floor .venv-bench .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .venv-floor .venv-bench .pytest_cache .mypy_cache .ruff_cache site dist build

@@ -48,18 +48,30 @@ class DeviceAttribute(_APIModel):
     """A device attribute value (API ``DeviceAttribute``): exactly one member must be set.
 
     Plain Python values are accepted wherever an attribute is expected and converted:
-    ``bool`` → ``bool``, ``int`` → ``int``, ``str`` → ``string``. Use :func:`version` for a
-    semver value, and the list members (``ints`` …, alpha in 1.36) explicitly.
+    ``bool`` → ``bool``, ``int`` → ``int``, ``str`` → ``string``. Use
+    :func:`~drakit.discovery.model.version` for a semver value, and the list members
+    (``ints`` …, alpha in 1.36) explicitly. The members are keyword arguments under their
+    Python names (``DeviceAttribute(int_=4)``, ``DeviceAttribute(string="a1")``) or, in a
+    dict given to :meth:`of` or ``model_validate``, under their API names (``{"int": 4}``).
     """
 
     int_: int | None = Field(default=None, alias="int")
+    """API member ``int``: a 64-bit signed integer."""
     bool_: bool | None = Field(default=None, alias="bool")
+    """API member ``bool``."""
     string: str | None = None
+    """API member ``string``: at most 64 bytes."""
     version: str | None = None
+    """API member ``version``: a semantic version (semver 2.0.0), e.g. ``2.4.1``."""
     ints: list[int] | None = None
+    """API member ``ints``: a list of 64-bit integers (alpha in Kubernetes 1.36)."""
     bools: list[bool] | None = None
+    """API member ``bools``: a list of booleans (alpha in Kubernetes 1.36)."""
     strings: list[str] | None = None
+    """API member ``strings``: a list of strings of at most 64 bytes each (alpha in
+    Kubernetes 1.36)."""
     versions: list[str] | None = None
+    """API member ``versions``: a list of semantic versions (alpha in Kubernetes 1.36)."""
 
     def members(self) -> list[str]:
         """API names of the members that are set (an empty list counts as set)."""

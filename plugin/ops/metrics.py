@@ -64,8 +64,8 @@ SLICE_VERBS = ("create", "update", "delete")
 
 VALIDATION_DROPS = ("device", "attribute", "counter_set", "pool", "field")
 """``what`` label values of ``drakit_validation_drops_total``: what the publisher left out
-(a device, an attribute or capacity, a counter set, a whole pool, a slice field such as
-``spec.partitionTypeAttribute``)."""
+(a device, an attribute, a counter set, a whole pool, a slice field such as
+``spec.partitionTypeAttribute``); a device with a bad capacity is left out whole."""
 
 _DROP_BY_ACTION = {
     "device dropped": "device",

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,3 +61,26 @@ def test_the_cdi_schema_is_carried_by_the_repository() -> None:
     for conftest in ("tests/cdi/conftest.py", "tests/integration/conftest.py",
                      "tests/reliability/test_rel_fuzz_cdi.py"):
         assert '"shared"' not in (REPO / conftest).read_text(), conftest
+
+
+def test_make_wheel_builds_the_wheel_the_install_page_names(tmp_path: Path) -> None:
+    """``make wheel`` (docs/index.md "Install") builds the wheel without a package index
+    (the virtualenv's setuptools, no build isolation), named as the page names it, with the
+    ``drakit`` command, the built-in plugins and the ``explain`` extra."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    name = f"drakit-{project['version']}-py3-none-any.whl"
+    assert f"pip install 'dist/{name}[explain]'" in (REPO / "docs" / "index.md").read_text()
+    proc = subprocess.run(["make", "-o", "install", "wheel", f"PY={sys.executable}",
+                           f"DIST={tmp_path}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    with zipfile.ZipFile(tmp_path / name) as z:
+        info = f"drakit-{project['version']}.dist-info"
+        entry_points = z.read(f"{info}/entry_points.txt").decode()
+        metadata = z.read(f"{info}/METADATA").decode()
+        assert "drakit/plugin/ops/cli.py" in z.namelist()
+    assert "drakit = drakit.plugin.ops.cli:main" in entry_points
+    assert "[drakit.discovery]" in entry_points
+    assert "Provides-Extra: explain" in metadata
+
