@@ -6,7 +6,8 @@ NodeAffinity), then DynamicResources: allocated claims must be available on the 
 sees (``nodeName``, ``nodeSelector``, ``allNodes``, ``perDeviceNodeSelection``).
 
 The answer has one verdict per node, the nodes where the pod fits first, then those closest
-to fitting (most requests with enough matching devices), then those the filters rejected;
+to fitting (most requests with enough matching devices, then most matching devices toward
+the requests' counts), then those the filters rejected;
 and the scheduler's summary line, ``0/N nodes are available: <count> <reason>, ...``
 (FitError.Error of pkg/scheduler/framework: reasons counted per node and sorted as text).
 """
@@ -27,7 +28,7 @@ from drakit.allocator.explanation import (
     explain_pod_v1,
     explain_v1,
     pod_state,
-    requests_satisfied,
+    progress,
 )
 from drakit.allocator.nodes import selector_matches
 from drakit.allocator.state import AllocatedState
@@ -43,7 +44,8 @@ class NodeVerdict:
     """One node: ``fits``; else ``plugin`` and ``reason`` (the scheduler's text) and
     ``detail`` (what failed there: the taint, the label, the first claim-level reason);
     ``satisfied`` of ``requests``: the pod's pending requests with enough matching devices on
-    the node, each judged alone (DynamicResources only)."""
+    the node, each judged alone; ``devices`` of ``wanted``: their matching devices counted up
+    to each request's count (DynamicResources only)."""
 
     node: str
     fits: bool
@@ -52,6 +54,8 @@ class NodeVerdict:
     detail: str = ""
     satisfied: int = 0
     requests: int = 0
+    devices: int = 0
+    wanted: int = 0
 
 
 @dataclass
@@ -91,7 +95,8 @@ class ClusterExplanation:
             else:
                 text = v.reason.removeprefix("node(s) ")
                 if v.requests:
-                    text += f" ({v.satisfied}/{v.requests} requests)"
+                    text += (f" ({v.satisfied}/{v.requests} requests, {v.devices}/{v.wanted} "
+                             "devices)")
                 if v.detail:
                     text += f": {v.detail}"
             lines.append(f"  {v.node.ljust(width)}  {text}")
@@ -172,9 +177,11 @@ def _judge(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
             alone = [explain_v1(ctx, c, slices, node, state,
                                 outcome if len(pending) == 1 else None) for c in pending]
             for e in alone:
-                got, of = requests_satisfied(e)
-                verdict.satisfied += got
+                ok, of, matched, wanted = progress(e)
+                verdict.satisfied += ok
                 verdict.requests += of
+                verdict.devices += matched
+                verdict.wanted += wanted
             bad = [e for e in alone if not e.allocatable]
             verdict.detail = (f"claim {bad[0].claim}: " + "; ".join(bad[0].reasons[:1])
                               if bad else "each claim can be allocated alone, but not all "
@@ -196,10 +203,10 @@ def _judge(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
 
 def _order(v: NodeVerdict) -> tuple[Any, ...]:
     if v.fits:
-        return (0, 0, _natural(v.node))
+        return (0, 0, 0, _natural(v.node))
     if v.plugin == "DynamicResources":
-        return (1, -v.satisfied, _natural(v.node))
-    return (2, 0, _natural(v.node))
+        return (1, -v.satisfied, -v.devices, _natural(v.node))
+    return (2, 0, 0, _natural(v.node))
 
 
 def explain_cluster(pod: Mapping[str, Any], claims: Iterable[Mapping[str, Any]],

@@ -161,14 +161,21 @@ def short(rx: RequestExplanation) -> bool:
     return not rx.matched if rx.mode == "All" else len(rx.matched) < rx.count
 
 
-def requests_satisfied(e: Explanation) -> tuple[int, int]:
-    """(requests with enough matching devices, each judged alone; requests): a
-    ``firstAvailable`` request counts once, satisfied when one of its subrequests is."""
-    tops: dict[str, bool] = {}
+def progress(e: Explanation) -> tuple[int, int, int, int]:
+    """How close the claim is to fitting, each request judged alone: (requests with enough
+    matching devices, requests, devices matched toward the counts, devices wanted). A
+    ``firstAvailable`` request counts once, by its subrequest closest to its count."""
+    tops: dict[str, tuple[bool, int, int]] = {}
     for rx in e.requests:
         top = rx.request.split("/", 1)[0]
-        tops[top] = tops.get(top, False) or not short(rx)
-    return sum(tops.values()), len(tops)
+        want = len(rx.matched) if rx.mode == "All" else rx.count
+        this = (not short(rx), min(len(rx.matched), want), want)
+        best = tops.get(top)
+        if best is None or (this[0], this[1] - this[2]) > (best[0], best[1] - best[2]):
+            tops[top] = this
+    done = list(tops.values())
+    return (sum(ok for ok, _, _ in done), len(done), sum(m for _, m, _ in done),
+            sum(w for _, _, w in done))
 
 
 def explain(claim: Mapping[str, Any], slices: Iterable[Mapping[str, Any]],

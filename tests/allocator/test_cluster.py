@@ -54,10 +54,11 @@ def test_summary_counts_every_reason_as_the_scheduler_does() -> None:
     assert v["n4"].plugin == "NodeUnschedulable"
     assert v["plain0"].detail == "nodeSelector gpu=yes: the node has no label gpu"
     assert v["n1"].detail == "claim default/c1: request g needs 2 device(s), 1 match"
-    assert (v["n1"].satisfied, v["n1"].requests) == (0, 1)
+    assert (v["n1"].satisfied, v["n1"].requests, v["n1"].devices, v["n1"].wanted) == (0, 1, 1, 2)
     text = str(e)
     assert text.splitlines()[:2] == ["pod default/p: NOT ALLOCATABLE", "  " + e.summary]
-    assert "  n1      cannot allocate all claims (0/1 requests): claim default/c1: request g " \
+    assert "  n1      cannot allocate all claims (0/1 requests, 1/2 devices): claim default/c1: " \
+           "request g " \
            "needs 2 device(s), 1 match" in text
 
 

@@ -83,10 +83,14 @@ def test_text_and_summary_when_nothing_fits(cluster: tuple[str, dict[str, Any]],
                         f"{NODES // 10} node(s) had untolerated taint(s).")
     assert len(lines) == 2 + NODES
     width = len(f"node-{NODES - 1}")
-    assert lines[2] == (f"  {'node-1'.ljust(width)}  cannot allocate all claims (0/1 requests):"
-                        " claim default/three: request g needs 3 device(s), 1 match")
-    assert f"  node-{NODES - 1}  cannot allocate all claims (0/1 requests): claim " \
-           "default/three: request g needs 3 device(s), 2 match" in lines
+    # closest first: two of the three devices on the last two nodes, then one, by name
+    assert lines[2:5] == [
+        f"  node-{NODES - 2}  cannot allocate all claims (0/1 requests, 2/3 devices): claim "
+        "default/three: request g needs 3 device(s), 2 match",
+        f"  node-{NODES - 1}  cannot allocate all claims (0/1 requests, 2/3 devices): claim "
+        "default/three: request g needs 3 device(s), 2 match",
+        f"  {'node-1'.ljust(width)}  cannot allocate all claims (0/1 requests, 1/3 devices): "
+        "claim default/three: request g needs 3 device(s), 1 match"]
     assert lines[-1] == f"  {f'node-{NODES - 5}'.ljust(width)}  had untolerated " \
                         "taint(s): taint maintenance:NoSchedule is not tolerated"
     # --node: the full per-device answer of one node

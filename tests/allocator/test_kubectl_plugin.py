@@ -56,7 +56,8 @@ def test_kubectl_drakit_explain_from_path(env: dict[str, str]) -> None:
     assert plugin.stdout.splitlines()[:3] == [
         "pod default/p: ALLOCATABLE on 1 of 2 node(s)",
         "  node-1  allocatable: would allocate gpu=gpu.example.com/node-1/gpu-0",
-        "  node-2  cannot allocate all claims (0/1 requests): claim default/c1: no "
+        "  node-2  cannot allocate all claims (0/1 requests, 0/1 devices): claim default/c1: "
+        "no "
         "ResourceSlice publishes devices for node node-2"]
     assert plugin.stdout == _run(env, "drakit", "explain", "--pod", "default/p").stdout
 
