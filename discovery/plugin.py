@@ -57,7 +57,8 @@ def parse_plugin_options(model: type[ModelT], plugin: str, options: dict[str, An
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "(root)"
-        raise ValueError(f"discovery.{plugin}.{loc}: {err['msg']}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix of ValueError
+        raise ValueError(f"discovery.{plugin}.{loc}: {msg}") from None
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ def test_loop_devices_publish_their_size_and_kernel_names() -> None:
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"rules": [{"name": "k", "match": 'KERNEL=="kvm", MODE="0666"'}]},
-     r"discovery.hostdev.rules.0.match: Value error, match\[0\]: column 16: unknown key 'MODE'"),
+     r"discovery.hostdev.rules.0.match: match\[0\]: column 16: unknown key 'MODE'"),
     ({"rules": [{"name": "k", "match": ['KERNEL=="kvm"', 'ATTRS{x}="1"']}]},
      r"rules.0.match: .*match\[1\]: column 9: assignment ATTRS= is not supported"),
     ({"rules": [{"name": "K_1", "match": "/dev/kvm"}]}, r"rules.0.name: .*not a DNS label"),
