@@ -285,3 +285,34 @@ def test_the_readme_demo_of_hostdev(tmp_path: Path, capsys: pytest.CaptureFixtur
     for device in ("kvm", "fuse", "tun"):
         assert f"  - {device}: devNode=" in out
     assert '"type":"c","major":10' in out and "OK: demo finished" in out
+
+
+@root_only
+def test_a_macvtap_on_a_veth_pair_comes_and_goes_within_a_second(
+        tmp_path: Path, record_property: Callable[[str, Any], None]) -> None:
+    """A macvtap interface on a veth pair makes a char device /dev/tapN (subsystem
+    macvtap): its add and remove uevents republish within a second."""
+    tag = os.urandom(3).hex()
+    veth, peer, tap = f"hdv{tag}a", f"hdv{tag}b", f"hdt{tag}"
+    rules = [{"name": "tap", "match": 'SUBSYSTEM=="macvtap"', "permissions": "rw"}]
+    with DriverHarness(tmp_path / "h", driver_name=DRIVER, discovery=["hostdev"],
+                       plugin_options={"hostdev": {"rules": rules}}) as h:
+        subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", peer],
+                       check=True, timeout=10)
+        try:
+            made = subprocess.run(["ip", "link", "add", "link", veth, "name", tap, "type",
+                                   "macvtap"], capture_output=True, text=True, timeout=10)
+            if made.returncode != 0:
+                pytest.skip(f"no macvtap here: {made.stderr.strip()}")
+            ifindex = Path(f"/sys/class/net/{tap}/ifindex").read_text().strip()
+            name = f"tap-tap{ifindex}"
+            record_property("macvtap_add_seconds", round(wait_published(h, name, True, 1.0), 3))
+            [dev] = [d for s in h.slices() for d in s["spec"]["devices"] if d["name"] == name]
+            assert dev["attributes"]["subsystem"] == {"string": "macvtap"}
+            assert dev["attributes"]["devNode"] == {"string": f"/dev/tap{ifindex}"}
+            subprocess.run(["ip", "link", "del", tap], check=True, timeout=10)
+            record_property("macvtap_remove_seconds",
+                            round(wait_published(h, name, False, 1.0), 3))
+        finally:
+            subprocess.run(["ip", "link", "del", tap], capture_output=True, timeout=10)
+            subprocess.run(["ip", "link", "del", veth], capture_output=True, timeout=10)
