@@ -305,7 +305,7 @@ def test_a_macvtap_on_a_veth_pair_comes_and_goes_within_a_second(
             if made.returncode != 0:
                 pytest.skip(f"no macvtap here: {made.stderr.strip()}")
             ifindex = Path(f"/sys/class/net/{tap}/ifindex").read_text().strip()
-            name = f"tap-tap{ifindex}"
+            name = f"tap-{tap}-tap"   # named by its interface, not by the ifindex in tapN
             record_property("macvtap_add_seconds", round(wait_published(h, name, True, 1.0), 3))
             [dev] = [d for s in h.slices() for d in s["spec"]["devices"] if d["name"] == name]
             assert dev["attributes"]["subsystem"] == {"string": "macvtap"}

@@ -7,7 +7,8 @@ Identity, first that exists (never the enumeration order of the kernel's names):
    devices, NVMe controllers, virtio disks; not a hub's), with the USB vendor/product ids
    and interface number on the way;
 3. udevd's ``ID_PATH``, or the bus path: the PCI function's address, the USB port path
-   (``1-1.2``) and interface number;
+   (``1-1.2``) and interface number; or the network interface a device belongs to (the
+   ``tapN`` of a macvtap: its interface name);
 4. the kernel name, for devices on no bus (``kvm``, ``fuse``, ``loop0``, ``tun``).
 
 When the identity comes from a parent, the node's kind (its kernel name without the
@@ -102,6 +103,9 @@ def identity(device: DeviceView, *, with_kind: bool = True) -> str:
             if number:
                 parts.append(f"if{number}")
         holder = usb or pci
+        if holder is None:   # below a network interface (a macvtap's tapN): its name
+            holder = next((d for d in ancestry(device) if d.subsystem == "net"), None)
+            parts = [holder.sys_name] if holder is not None else []
     if holder is None:
         return device.sys_name
     if with_kind and holder is not device:
