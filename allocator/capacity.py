@@ -107,6 +107,14 @@ def _violates(v: qty.Quantity, policy: Mapping[str, Any]) -> bool:
     return False
 
 
+def _asked(use: qty.Quantity, request: Mapping[str, Any] | None, name: str,
+           cap: Mapping[str, Any]) -> str:
+    """What a request consumes of a capacity, written like the amount it comes from."""
+    like = (((request or {}).get("requests") or {}).get(name)
+            or (cap.get("requestPolicy") or {}).get("default") or cap.get("value", "0"))
+    return qty.as_published(use, like)
+
+
 def fits(request: Mapping[str, Any] | None, device: Mapping[str, Any],
          already: Consumed, allocating: Consumed) -> tuple[bool, str]:
     """(fits, why not). ``already``: consumed by allocated claims; ``allocating``: by this
@@ -121,14 +129,13 @@ def fits(request: Mapping[str, Any] | None, device: Mapping[str, Any],
             raise CapacityError(f"capacity {name!r}: capacity value is negative")
         policy = cap.get("requestPolicy") or {}
         published = cap.get("value", "0")  # amounts print as the slice and claim wrote them
-        asked = qty.as_published(use, ((request or {}).get("requests") or {}).get(name)
-                                 or policy.get("default") or published)
         if _violates(use, policy):
-            return False, f"capacity {name}: {asked} is not allowed by its requestPolicy"
+            return False, (f"capacity {name}: {_asked(use, request, name, cap)} is not "
+                           "allowed by its requestPolicy")
         taken = already.get(name, qty.ZERO) + allocating.get(name, qty.ZERO)
         value = qty.parse(published)
         if (use + taken).value > value.value:
-            return False, (f"capacity {name}: {asked} requested, "
+            return False, (f"capacity {name}: {_asked(use, request, name, cap)} requested, "
                            f"{qty.as_published(value - taken, published)} of "
                            f"{qty.as_published(value, published)} left")
     return True, ""

@@ -194,13 +194,17 @@ class SelectorFailure:
 
 @dataclass
 class Evaluations:
-    """Each device's ``device`` value and each selector's outcome on it, by device object:
-    shared by the allocators of one run over the same slice objects (a device is evaluated
-    once however many nodes or claims see it). The entries keep their device, so an ``id``
-    is never reused while its entry lives."""
+    """Each device's ``device`` value, each selector's outcome on it, and each request's
+    verdict on it (the first selector that is false or fails), by object: shared by the
+    allocators of one run over the same slice, claim and class objects (a device is
+    evaluated once however many nodes or claims see it). The entries keep their objects, so
+    an ``id`` is never reused while its entry lives."""
 
     values: dict[int, tuple[Mapping[str, Any], DeviceValue]] = field(default_factory=dict)
     outcomes: dict[tuple[str, int], celenv.Outcome] = field(default_factory=dict)
+    # (request spec, DeviceClass, device) → their objects and the first failing selector
+    verdicts: dict[tuple[int, int, int], tuple[Any, Any, Any, SelectorFailure | None]] = \
+        field(default_factory=dict)
 
 
 @dataclass
@@ -242,6 +246,14 @@ class Allocator:
     def selector_failure(self, c: Candidate, rd: RequestData) -> SelectorFailure | None:
         """None when every selector of the class and then of the request is true (the
         scheduler's order), else the first one that is false or fails."""
+        key = (id(rd.spec), id(rd.cls), id(c.device))
+        hit = self._eval.verdicts.get(key)
+        if hit is None:
+            hit = self._eval.verdicts[key] = (rd.spec, rd.cls, c.device,
+                                              self._selector_failure(c, rd))
+        return hit[3]
+
+    def _selector_failure(self, c: Candidate, rd: RequestData) -> SelectorFailure | None:
         sources: list[tuple[str, Sequence[Any]]] = []
         if rd.cls is not None:
             sources.append((rd.cls["metadata"]["name"],
