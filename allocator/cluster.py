@@ -29,6 +29,7 @@ from drakit.allocator.explanation import (
     explain_v1,
     pod_state,
     progress,
+    together,
 )
 from drakit.allocator.nodes import selector_matches
 from drakit.allocator.state import AllocatedState
@@ -184,8 +185,7 @@ def _judge(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
                 verdict.wanted += wanted
             bad = [e for e in alone if not e.allocatable]
             verdict.detail = (f"claim {bad[0].claim}: " + "; ".join(bad[0].reasons[:1])
-                              if bad else "each claim can be allocated alone, but not all "
-                              "of them together")
+                              if bad else together(ctx, pending, alone, slices, node, state))
             return verdict
         picked = [f"{r['request']}={r['driver']}/{r['pool']}/{r['device']}"
                   for res in outcome.results for r in res["devices"]["results"]]

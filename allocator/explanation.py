@@ -286,23 +286,36 @@ def _combination_reasons(ctx: Context, claim: Mapping[str, Any],
         if blocking:
             return [f"{_TOGETHER} no choice of them satisfies "
                     + "; ".join(_describe_constraint(k) for k in blocking)]
+    groups = [(rx.request.split("/", 1)[0], rx) for rx in requests]
+    return [f"{_TOGETHER} {_shared_reason(ctx, [claim], slices, node, state, groups)}"]
+
+
+def _shared_reason(ctx: Context, claims: Sequence[Mapping[str, Any]],
+                   slices: Sequence[dict[str, Any]], node: Mapping[str, Any],
+                   state: AllocatedState, requests: Sequence[tuple[str, RequestExplanation]]
+                   ) -> str:
+    """What the devices of ``claims``, fitting each request alone, share beyond what there
+    is: too few distinct devices for the requests together (``requests``: (request name as
+    shown, its explanation), subrequests under their request's name), or a shared counter
+    that the first choice with counters not counted overdraws."""
     alloc = ctx.allocator(slices, node, state)
     shared = {"/".join(c.id) for c in alloc.candidates()
               if c.device.get("allowMultipleAllocations")}
     few = _too_few_distinct(requests, shared)
     if few:
-        return [f"{_TOGETHER} {few}"]
+        return few
     alloc.count_counters = False
-    outcome = alloc.allocate([claim])
+    outcome = alloc.allocate(claims)
     if outcome.results is not None:
-        overdrawn = alloc.counters_overdrawn(outcome.results[0])
+        overdrawn = alloc.counters_overdrawn(
+            {"devices": {"results": [r for res in outcome.results
+                                     for r in res["devices"]["results"]]}})
         if overdrawn:
             picked, why = overdrawn
-            return [f"{_TOGETHER} their shared counters cannot hold them together: "
-                    f"{', '.join(picked)} (the first choice when counters are not counted) "
-                    f"need {why}"]
-    return [f"{_TOGETHER} no choice of them fits together (the capacity they consume or "
-            "the devices other requests take)"]
+            return (f"their shared counters cannot hold them together: {', '.join(picked)} "
+                    f"(the first choice when counters are not counted) need {why}")
+    return ("no choice of them fits together (the capacity they consume or the devices "
+            "other requests take)")
 
 
 def _describe_constraint(k: Mapping[str, Any]) -> str:
@@ -312,16 +325,16 @@ def _describe_constraint(k: Mapping[str, Any]) -> str:
     return f"{kind} {attr}{on}"
 
 
-def _too_few_distinct(requests: Sequence[RequestExplanation], shared: set[str]) -> str:
+def _too_few_distinct(requests: Sequence[tuple[str, RequestExplanation]],
+                      shared: set[str]) -> str:
     """Hall's condition over the requests that want a number of devices (a
     ``firstAvailable`` request: the fewest of its subrequests, matched by any of them; the
     devices that allow several allocations left out): the smallest set of requests that
     needs more devices than the distinct devices matching any of them; "" when none does."""
     tops: dict[str, tuple[int, set[str]]] = {}
-    for r in requests:
+    for top, r in requests:
         if r.mode != "ExactCount":
             continue
-        top = r.request.split("/", 1)[0]
         count, matched = tops.get(top, (r.count, set()))
         tops[top] = (min(count, r.count), matched | (set(r.matched) - shared))
     groups = list(tops.items())
@@ -410,5 +423,15 @@ def explain_pod_v1(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
     if not out.allocatable and not out.error:
         bad = [e.claim for e in out.claims if not e.allocatable]
         out.reasons = ([f"claim {c} cannot be allocated" for c in bad] if bad else
-                       ["each claim can be allocated alone, but not all of them together"])
+                       [together(ctx, pending, alone, slices, node_obj, state)])
     return out
+
+
+def together(ctx: Context, pending: Sequence[Mapping[str, Any]],
+             alone: Sequence[Explanation], slices: Sequence[dict[str, Any]],
+             node_obj: Mapping[str, Any], state: AllocatedState) -> str:
+    """Why claims that each can be allocated alone cannot be together."""
+    groups = [(f"{e.claim} {rx.request.split('/', 1)[0]}", rx) for e in alone
+              for rx in e.requests]
+    return ("each claim can be allocated alone, but not all of them together: "
+            + _shared_reason(ctx, pending, slices, node_obj, state, groups))

@@ -225,3 +225,24 @@ def test_bad_values_name_device_and_field() -> None:
     with pytest.raises(AllocationFailed, match="claim default/c1: 'lots' is not a quantity"):
         allocate([c], [rslice([device("gpu-0", caps={"memory": "1Gi"})])], [dclass()],
                  "node-1")
+
+
+def test_claims_that_fit_alone_name_the_counter_they_share() -> None:
+    """Two claims of a pod, each fitting alone on partitions of one GPU, overdraw its memory
+    counter together: the pod's reason names the counter."""
+    from drakit.allocator.explanation import explain_pod
+
+    counters = rslice([], name="counters", count=2, sharedCounters=[
+        {"name": "gpu-0", "counters": {"memory": {"value": "40Gi"}}}])
+    parts = [device(f"half-{i}", consumesCounters=[{"counterSet": "gpu-0", "counters": {
+        "memory": {"value": "20Gi"}}}]) for i in range(4)]
+    slices = [counters, rslice(parts, name="parts", count=2)]
+    e = explain_pod("default/p", [claim(request(count=2), name="a"),
+                                  claim(request(count=1), name="b")], slices, [dclass()],
+                    "node-1")
+    assert [c.allocatable for c in e.claims] == [True, True] and not e.allocatable
+    assert e.reasons == [
+        "each claim can be allocated alone, but not all of them together: their shared "
+        f"counters cannot hold them together: {DRIVER}/pool-a/half-0, {DRIVER}/pool-a/half-1, "
+        f"{DRIVER}/pool-a/half-2 (the first choice when counters are not counted) need "
+        "counter memory of counter set gpu-0: 60Gi needed, 40Gi available"]

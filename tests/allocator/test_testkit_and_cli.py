@@ -173,7 +173,10 @@ def test_explain_pod_allocates_its_claims_together(harness: DriverHarness, tmp_p
     doc = json.loads(capsys.readouterr().out)
     assert doc["node"] == harness.node_name
     assert [c["allocatable"] for c in doc["claims"]] == [True, True]
-    assert doc["reasons"] == ["each claim can be allocated alone, but not all of them together"]
+    together = ("each claim can be allocated alone, but not all of them together: requests "
+                "default/pair-a g, default/pair-b g need at least 4 devices together and only "
+                "2 distinct devices match them (a device is allocated to one request)")
+    assert doc["reasons"] == [together]
     assert main(["explain", "--kubeconfig", kc, "--pod", "default/pair", *node]) == 1
     assert "pod default/pair on node node-1: NOT ALLOCATABLE" in capsys.readouterr().out
     # without --node: every node (here one), and the full answer of the only one left
@@ -181,9 +184,7 @@ def test_explain_pod_allocates_its_claims_together(harness: DriverHarness, tmp_p
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"] == "0/1 nodes are available: 1 cannot allocate all claims."
     [verdict] = doc["nodes"]
-    assert verdict["detail"] == ("each claim can be allocated alone, but not all of them "
-                                 "together")
+    assert verdict["detail"] == together
     assert (verdict["satisfied"], verdict["requests"]) == (2, 2)
-    assert doc["only_node"]["reasons"] == [
-        "each claim can be allocated alone, but not all of them together"]
+    assert doc["only_node"]["reasons"] == [together]
     assert doc["only_node"]["node"] == harness.node_name
