@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fake-kubelet": "run the fake kubelet",
         "cdi": "list or validate CDI spec files",
         "cleanup": "delete a driver's ResourceSlices of a node or of all nodes",
-        "explain": "why a ResourceClaim can or cannot be allocated on a node",
+        "explain": "why a pod is pending or a ResourceClaim cannot be allocated",
         "demo": "the whole flow on this machine's devices (make run)",
     }
     if args and args[0] == "--version":

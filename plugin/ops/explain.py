@@ -111,9 +111,10 @@ def _ns_name(text: str, what: str) -> tuple[str, str]:
 def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
-        description="Explain whether a ResourceClaim can be allocated on a node, as "
-        "kube-scheduler would decide, and why not. Exit 0: allocatable; 1: not; 2: usage or "
-        "API error.", allow_abbrev=False)
+        description="Why a pod is pending or a ResourceClaim cannot be allocated, as "
+        "kube-scheduler would decide: a pod on every node of the cluster (--pod), or claims on "
+        "one node (--node) with the reason of every device. Exit 0: allocatable (with --pod "
+        "alone: on some node); 1: not; 2: usage or API error.", allow_abbrev=False)
     p.add_argument("claim", nargs="?", help="NAMESPACE/NAME of a ResourceClaim on the server")
     p.add_argument("-f", "--filename", help="a ResourceClaim or ResourceClaimTemplate file "
                    "(YAML or JSON; - for stdin)")
