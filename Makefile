@@ -48,6 +48,12 @@ DRAKIT_VERSIONS ?= $(K8S_VERSION)
 test: install $(DOCS_STAMP) k8s-bin
 	DRAKIT_VERSIONS="$(DRAKIT_VERSIONS)" $(PY) -m pytest -q -ra
 
+## test-fast: the suite without the real tiers (tests/real, tests/realnode, tests/versions: real
+## Kubernetes binaries, minutes each) and without the podman tests: the quick loop while working
+FAST_IGNORE := --ignore=tests/real --ignore=tests/realnode --ignore=tests/versions
+test-fast: install $(DOCS_STAMP)
+	$(PY) -m pytest -q -ra -m "not podman" $(FAST_IGNORE)
+
 k8s-bin:
 	@if [ -n "$$DRAKIT_K8S_BIN" ]; then :; \
 	elif command -v go >/dev/null 2>&1; then K8S_VERSION=$(K8S_VERSION) scripts/build-k8s.sh $(K8S_COMPONENTS) >/dev/null \

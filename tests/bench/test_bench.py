@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from figure_checks import reported
 
 from bench.env import byte_compile_drakit
 from bench.figures import SPECS, Goal, Result
@@ -129,7 +130,7 @@ def test_quick_discovery_group(tmp_path: Path) -> None:
     figures = _run_bench(tmp_path, "discovery_4096", timeout=120)
     assert list(figures) == ["discovery_4096"]
     f = figures["discovery_4096"]
-    assert f["median"] is not None and f["median"] > 0 and f["verdict"] in ("pass", "miss")
+    assert reported(f["median"]) and f["verdict"] in ("pass", "miss")
     assert f["extra"]["devices"] == 256
     assert not list(tmp_path.glob("drakit-bench-*")), "temporary directories left behind"
 
@@ -137,7 +138,7 @@ def test_quick_discovery_group(tmp_path: Path) -> None:
 def test_quick_explain_group(tmp_path: Path) -> None:
     figures = _run_bench(tmp_path, "explain_1000", timeout=120)
     f = figures["explain_1000"]
-    assert f["median"] is not None and f["median"] > 0 and f["verdict"] in ("pass", "miss")
+    assert reported(f["median"]) and f["verdict"] in ("pass", "miss")
     assert f["extra"]["devices"] == 100
 
 
@@ -147,7 +148,8 @@ def test_cel_choice_measures_both_libraries() -> None:
     res = measure(n=20)
     assert set(res) == {"cel-python", "cel-expr-python"}
     for r in res.values():
-        assert 0 < r["conformance"] <= r["of"] and r["us_per_eval"] > 0 and r["rss_mb"] > 0
+        assert 0 < r["conformance"] <= r["of"]
+        assert reported(r["us_per_eval"]) and reported(r["rss_mb"])
     assert res["cel-expr-python"]["conformance"] > res["cel-python"]["conformance"]
 
 
@@ -165,7 +167,7 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
                  "publish_cold_10k", "resync_writes"):
         f = figures[name]
         assert f["skipped"] is None, (name, f["skipped"])
-        assert f["median"] is not None and f["median"] >= 0, name
+        assert reported(f["median"]), name
     assert figures["resync_writes"]["samples"], "no resync observed"
     hot = figures["hotplug"]
     assert hot["median"] is not None or hot["skipped"]

@@ -84,3 +84,18 @@ def test_make_wheel_builds_the_wheel_the_install_page_names(tmp_path: Path) -> N
     assert "[drakit.discovery]" in entry_points
     assert "Provides-Extra: explain" in metadata
 
+
+def test_make_test_fast_runs_the_suite_without_the_real_tiers() -> None:
+    """``make test-fast`` (README "Development") has a recipe: pytest over tests/ without
+    the tiers that need real Kubernetes binaries and without podman."""
+    proc = subprocess.run(["make", "-n", "test-fast"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    [command] = [line for line in proc.stdout.splitlines() if "-m pytest" in line]
+    args = shlex.split(command)
+    assert {"--ignore=tests/real", "--ignore=tests/realnode", "--ignore=tests/versions"} \
+        <= set(args)
+    assert args[args.index("-m", args.index("pytest")) + 1] == "not podman"
+    tiers = {p.name for p in (REPO / "tests").iterdir() if p.is_dir()}
+    assert {"real", "realnode", "versions"} <= tiers
+    assert "make test-fast" in (REPO / "README.md").read_text()

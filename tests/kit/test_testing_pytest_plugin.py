@@ -1,7 +1,7 @@
 """The pytest plugin (pytest11 entry point ``drakit``) is cheap: loading it imports none of the
-kit's servers, no gRPC, no kubernetes client, no YAML, until a fixture is used. Measured in a
-fresh interpreter that has pytest loaded already: the modules it adds and (generously) the
-time."""
+kit's servers, no gRPC, no kubernetes client, no YAML, until a fixture is used. Checked in a
+fresh interpreter that has pytest loaded already, by the modules it adds (how long that takes
+depends on the machine: not a test's business)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ import subprocess
 import sys
 
 PROBE = """
-import json, sys, time
+import json, sys
 import pytest
 before = set(sys.modules)
-start = time.perf_counter()
 import drakit.plugin.testing.pytest_plugin
-elapsed = time.perf_counter() - start
-print(json.dumps({"added": sorted(set(sys.modules) - before), "seconds": elapsed}))
+print(json.dumps({"added": sorted(set(sys.modules) - before)}))
 """
 
 HEAVY = ("grpc", "google.protobuf", "kubernetes", "yaml", "pydantic", "urllib3", "ssl",
@@ -41,8 +39,6 @@ def test_loading_the_pytest_plugin_imports_nothing_heavy() -> None:
     heavy = [m for m in added if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert heavy == []
     assert len(added) <= 15, added  # drakit, drakit.plugin, the kit package, ...
-    seconds = result["seconds"]
-    assert isinstance(seconds, float) and seconds < 2.0  # a generous bound (~10 ms here)
 
 
 def test_the_entry_point_names_the_plugin_module() -> None:
