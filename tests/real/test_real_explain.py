@@ -10,6 +10,9 @@ pending on purpose."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -70,6 +73,18 @@ def _scheduler_verdict(server: RealAPIServer, namespace: str, name: str
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason"):
             kind = "error" if c["reason"] == "SchedulerError" else "unschedulable"
             return (kind, c.get("message", ""), None)
+    return None
+
+
+def _wait_for_verdict(server: RealAPIServer, namespace: str, name: str, timeout: float = 60
+                      ) -> tuple[str, str, dict[str, Any] | None] | None:
+    """The scheduler's verdict on the pod once it has one (None after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        verdict = _scheduler_verdict(server, namespace, name)
+        if verdict is not None:
+            return verdict
+        time.sleep(0.3)
     return None
 
 
@@ -175,11 +190,7 @@ def test_explain_a_pending_pod(scheduler: RealAPIServer, tmp_path: Path,
             "deviceClassName": "diff-gpu", "count": 2}}]}}})
     w = World(node, [], {"metadata": {"name": "two"}})
     server.create_object("pods", _pod(w, namespace))
-    deadline = time.monotonic() + 60
-    verdict = None
-    while verdict is None and time.monotonic() < deadline:
-        verdict = _scheduler_verdict(server, namespace, "two")
-        time.sleep(0.3)
+    verdict = _wait_for_verdict(server, namespace, "two")
     assert verdict is not None and verdict[0] == "unschedulable", verdict
     assert "cannot allocate all claims" in verdict[1]
     kc = str(server.write_kubeconfig(tmp_path / "kc"))
@@ -190,3 +201,94 @@ def test_explain_a_pending_pod(scheduler: RealAPIServer, tmp_path: Path,
         assert code == 1, out
         assert "request g needs 2 device(s), 1 match" in out
         assert f"match    {D}/{node}/gpu-0" in out
+
+
+def _gpus(node: str, driver: str, n: int) -> dict[str, Any]:
+    return {"metadata": {"name": node}, "spec": {
+        "driver": driver, "nodeName": node,
+        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": f"gpu-{i}", "attributes": {"kind": {"string": "gpu"}}}
+                    for i in range(n)]}}
+
+
+def _run_explain(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_cluster_wide_explain_matches_the_scheduler(scheduler: RealAPIServer,
+                                                    tmp_path: Path) -> None:
+    """A pod that fits nowhere, on nodes that each fail one filter (its nodeSelector, a
+    NoSchedule taint, cordoned, too few devices): ``drakit explain --pod`` without ``--node``
+    prints the very "0/N nodes are available" line the real scheduler wrote on the pod (all
+    the session's nodes counted), lists every node, the closest first; ``kubectl drakit
+    explain`` (the real kubectl finding the plugin on PATH) prints the same."""
+    server = scheduler
+    run = uuid.uuid4().hex[:6]
+    namespace, label, driver = f"wide-{run}", f"explain-{run}", f"wide-{run}.drakit.test"
+    server.ensure_namespace(namespace)
+    server.create_object("deviceclasses", {"metadata": {"name": driver}, "spec": {
+        "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}})
+    plan = {"off": ("no", 2), "taint": ("yes", 2), "cordon": ("yes", 2), "one": ("yes", 1),
+            "two": ("yes", 2)}
+    made = []
+    for kind, (value, devices) in plan.items():
+        for i in range(2 if kind in ("one", "two") else 1):
+            name = f"wide-{run}-{kind}-{i}"
+            node = server.create_node(name, {label: value})
+            if kind == "taint":
+                node["spec"]["taints"] = [{"key": label, "effect": "NoSchedule"}]
+            if kind == "cordon":
+                node["spec"]["unschedulable"] = True
+            if kind in ("taint", "cordon"):
+                server.update_object("nodes", node)
+            server.create_object("resourceslices", _gpus(name, driver, devices))
+            made.append(name)
+    try:
+        server.create_object("resourceclaims", {
+            "metadata": {"name": "three", "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                "deviceClassName": driver, "count": 3}}]}}})
+        server.create_object("pods", {
+            "metadata": {"name": "three", "namespace": namespace},
+            "spec": {"nodeSelector": {label: "yes"}, "automountServiceAccountToken": False,
+                     "resourceClaims": [{"name": "devices", "resourceClaimName": "three"}],
+                     "containers": [{"name": "app", "image": "drakit.invalid/app",
+                                     "resources": {"claims": [{"name": "devices"}]}}]}})
+        verdict = _wait_for_verdict(server, namespace, "three")
+        assert verdict is not None and verdict[0] == "unschedulable", verdict
+        kc = str(server.write_kubeconfig(tmp_path / "kc"))
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        argv = ["explain", "--kubeconfig", kc, "--pod", f"{namespace}/three"]
+        mine = _run_explain(["drakit", *argv, "-o", "json"], env)
+        assert mine.returncode == 1, mine.stderr
+        doc = json.loads(mine.stdout)
+        total = len(server.list_objects("nodes"))
+        assert len(doc["nodes"]) == total
+        assert doc["summary"].startswith(f"0/{total} nodes are available: ")
+        # the scheduler's message: the same line, then its preemption sentence
+        assert verdict[1].split(" preemption:")[0] == doc["summary"], (verdict[1], doc)
+        ours = {v["node"]: v for v in doc["nodes"] if v["node"] in made}
+        assert ours[f"wide-{run}-off-0"]["reason"] == \
+            "node(s) didn't match Pod's node affinity/selector"
+        assert ours[f"wide-{run}-taint-0"]["reason"] == "node(s) had untolerated taint(s)"
+        assert ours[f"wide-{run}-cordon-0"]["reason"] == "node(s) were unschedulable"
+        # only these four reach DynamicResources: first, closest (more matching devices)
+        assert [v["node"] for v in doc["nodes"][:4]] == [
+            f"wide-{run}-two-0", f"wide-{run}-two-1", f"wide-{run}-one-0", f"wide-{run}-one-1"]
+        assert ours[f"wide-{run}-two-0"]["detail"] == \
+            f"claim {namespace}/three: request g needs 3 device(s), 2 match"
+        text = _run_explain(["drakit", *argv], env)
+        assert text.returncode == 1 and doc["summary"] in text.stdout
+        kubectl = server.bin_dir / "kubectl"
+        if not kubectl.is_file():
+            skip_or_fail(f"kubectl not built in {server.bin_dir}: the plugin is not tried")
+        listed = _run_explain([str(kubectl), "plugin", "list"], env)
+        assert f"{Path(sys.executable).parent}/kubectl-drakit" in listed.stdout, listed
+        plugin = _run_explain([str(kubectl), "drakit", *argv], env)
+        assert plugin.returncode == 1, plugin.stderr
+        assert plugin.stdout == text.stdout
+    finally:
+        for name in made:
+            server.delete_object("resourceslices", name)
+            server.delete_object("nodes", name)
+        server.delete_object("pods", "three", namespace)
