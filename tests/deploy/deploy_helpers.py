@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,19 @@ BASE = DEPLOY / "kustomize" / "base"
 OVERLAYS = DEPLOY / "kustomize" / "overlays"
 EXAMPLES = DEPLOY / "examples"
 CONTAINERFILE = DEPLOY / "Containerfile"
+
+def _load_gen() -> Any:
+    """scripts/gen_kustomize_base.py as a module (its helm lookup and render)."""
+    spec = importlib.util.spec_from_file_location("gen_kustomize_base",
+                                                  REPO / "scripts" / "gen_kustomize_base.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_gen()
+"""scripts/gen_kustomize_base.py: ``gen.find_helm()``, ``gen.render(helm, ...)``."""
 
 DRIVER_NAME = "drakit.example.com"
 NAMESPACE = "drakit"

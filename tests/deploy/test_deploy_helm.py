@@ -11,7 +11,6 @@ skip with the reason (under CI=true they fail).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -19,14 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import REPO, SUPPORTED_KUBERNETES, one, plugin_container
+from deploy_helpers import REPO, SUPPORTED_KUBERNETES, gen, one, plugin_container
 
 CHART = REPO / "deploy" / "helm" / "drakit"
-_spec = importlib.util.spec_from_file_location("gen_kustomize_base",
-                                               REPO / "scripts" / "gen_kustomize_base.py")
-assert _spec and _spec.loader
-gen = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gen)
 
 Manifest = dict[str, Any]
 
@@ -37,6 +31,12 @@ CASES: dict[str, tuple[str, ...]] = {
                     "discovery.config.pci.classes={0302}"),
     "net-hostnetwork": ("discovery.plugins={net}", "hostNetwork=true", "metrics.port=9469"),
     "example": ("discovery.plugins={example}",),
+    "hostdev": ("discovery.plugins={hostdev,example}", "driverName=hostdev.drakit.dev",
+                "discovery.config.hostdev.rules[0].name=kvm",
+                "discovery.config.hostdev.rules[0].match=/dev/kvm",
+                "discovery.config.hostdev.rules[0].sharing=shared",
+                "discovery.config.hostdev.rules[1].name=fuse",
+                "discovery.config.hostdev.rules[1].match=/dev/fuse"),
     "k0s": ("discovery.plugins={pci}", "kubeletRootDir=/var/lib/k0s/kubelet"),
     "driver-name": ("discovery.plugins={pci}", "driverName=gpu.acme.example"),
     "monitoring": ("discovery.plugins={pci,net}", "metrics.serviceMonitor.enabled=true",
@@ -69,17 +69,6 @@ CASES: dict[str, tuple[str, ...]] = {
                  "metrics.serviceMonitor.enabled=true"),
 }
 CRD_KINDS = {"ServiceMonitor"}  # not in Kubernetes' OpenAPI (Prometheus Operator CRD)
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    found = gen.find_helm()
-    if found is None or not Path(found).exists():
-        reason = "helm not built (scripts/build-k8s.sh helm)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Helm chart tests: {reason}")
-        pytest.skip(reason)
-    return str(found)
 
 
 def render(helm: str, *set_values: str, namespace: str = "drakit",

@@ -133,7 +133,7 @@ rollingUpdate:
 deviceClasses.discoverers. */}}
 {{- define "drakit.deviceClassKinds" -}}
 {{- $kinds := list -}}
-{{- range (list "net" "pci" "example") -}}
+{{- range (list "net" "pci" "example" "hostdev") -}}
 {{- if or (has . $.Values.discovery.plugins) (has . $.Values.deviceClasses.discoverers) -}}
 {{- $kinds = append $kinds . -}}
 {{- end -}}
@@ -143,3 +143,10 @@ deviceClasses.discoverers. */}}
 
 {{- define "drakit.registrarDir" -}}{{ trimSuffix "/" .Values.kubeletRootDir }}/plugins_registry{{- end }}
 {{- define "drakit.pluginsDir" -}}{{ trimSuffix "/" .Values.kubeletRootDir }}/plugins{{- end }}
+
+{{- /* The hostdev rules of the values (discovery.config.hostdev.rules), or an empty list. */ -}}
+{{- define "drakit.hostdevRules" -}}
+{{- $config := .Values.discovery.config | default dict -}}
+{{- $hostdev := get $config "hostdev" | default dict -}}
+{{- toJson (get $hostdev "rules" | default list) -}}
+{{- end }}
