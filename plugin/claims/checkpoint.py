@@ -33,7 +33,7 @@ instance that runs it as ``owner``, so a crash can be rolled back) and ``Prepare
 (recorded before the kubelet gets its answer). Unprepare works from the record alone (it
 holds the allocation results and the opaque configs) and leaves an ``unprepared`` mark for a
 while, so a stale prepare retry can be told from a real one (see
-:mod:`drakit.plugin.claims.admission`).
+:mod:`drakit.plugin.claims.lifecycle`).
 
 Records are frozen pydantic models: a change replaces a record (``model_copy(update=...)``),
 it never edits one, so records are shared between memory, callers and changes without
@@ -63,7 +63,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -435,8 +435,6 @@ class Checkpoint:
         self._encoder = Encoder()
         self._queue_lock = threading.Lock()
         self._queue: list[_Request[Any]] = []
-        self._leader: int | None = None
-        self._flock_holder: int | None = None
         self._compactor: threading.Thread | None = None
 
     def log_path(self, n: int) -> Path:
@@ -609,12 +607,8 @@ class Checkpoint:
 
     @contextlib.contextmanager
     def _flock(self) -> Iterator[None]:
-        """The file lock; re-entrant within the thread holding it (a change, or a caller
-        holding :meth:`locked`, that updates the checkpoint again: a second flock on a new
-        descriptor would wait for the first forever)."""
-        if self._flock_holder == threading.get_ident():
-            yield
-            return
+        """The file lock (not re-entrant: a second flock on a new descriptor would wait for
+        the first forever; nothing that holds it changes the checkpoint again)."""
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
         try:
             fd = os.open(self._lock_name, flags, 0o600)
@@ -623,62 +617,49 @@ class Checkpoint:
             fd = os.open(self._lock_name, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self._flock_holder = threading.get_ident()
-            try:
-                yield
-            finally:
-                self._flock_holder = None
+            yield
         finally:
             os.close(fd)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[CheckpointState]:
         """Hold the file lock (no instance can change the checkpoint meanwhile) and yield
-        the current content. Raises CheckpointError while corrupt."""
+        the current content; the holder must not change the checkpoint. Raises
+        CheckpointError while corrupt."""
         with self._lock, self._flock():
             self._refresh()
             yield self._state.copy()
 
-    def update(self, change: Callable[[dict[str, ClaimRecord]], T]) -> T:
-        """Apply ``change`` to the claims map under the locks and write it durably.
+    def change(self, change: Callable[[CheckpointState], T]) -> T:
+        """Apply ``change`` to the content under the locks and write it durably: the one way
+        the checkpoint changes. Returns what ``change`` returned.
 
-        ``change`` changes the dict in place (puts, replaces, deletes records) and returns
-        any value, which ``update`` returns. Nothing is written when ``change`` raises, or
-        when it changed no record. Raises CheckpointError when the checkpoint is corrupt,
-        CheckpointWriteError when it cannot be written (then memory still holds the
-        checkpoint's content).
-        """
-        return self.update_state(lambda s: change(s.claims))
-
-    def update_state(self, change: Callable[[CheckpointState], T]) -> T:
-        """Like :meth:`update`, with the whole :class:`CheckpointState` (claims and
-        ``unprepared`` marks). Marks older than :data:`UNPREPARED_TTL` are dropped.
+        ``change`` is a transition of :mod:`drakit.plugin.claims.lifecycle` (or a test's): it
+        changes the :class:`CheckpointState` it is given in place (puts, replaces, deletes
+        records and marks) and does no I/O. It runs under the thread lock and the file lock,
+        possibly on another caller's thread (group commit), so everything it needs from
+        outside (the time, the owners that are gone) is read before and given to it.
+        Nothing is written when it raises, or when it changed nothing. Marks older than
+        :data:`UNPREPARED_TTL` are dropped.
 
         Group commit: changes of concurrent callers that queue up while a write is in
-        flight are applied one after the other (each under the thread lock and the file
-        lock, each seeing the earlier ones) and made durable by one write (one log line,
-        one fdatasync); every caller returns once its own change is durable. A change that
-        raises writes nothing (the others of its batch are unaffected): it works on its own
-        maps (shallow copies; the records themselves are frozen). A failed write raises
-        CheckpointWriteError to every caller of the batch.
+        flight are applied one after the other (each seeing the earlier ones) and made
+        durable by one write (one log line, one fdatasync); every caller returns once its
+        own change is durable. A change that raises writes nothing (the others of its batch
+        are unaffected): it works on its own maps (shallow copies; the records themselves
+        are frozen). Raises CheckpointError when the checkpoint is corrupt,
+        CheckpointWriteError to every caller of a batch whose write failed (then memory
+        still holds the checkpoint's content).
         """
         req: _Request[T] = _Request(change)
-        if self._leader == threading.get_ident():
-            # Re-entrant call from a change: committed on its own, now.
-            self._commit([req])
-        else:
-            with self._queue_lock:
-                self._queue.append(req)
-            with self._lock:
-                if not req.done:  # else: a previous leader committed it meanwhile
-                    with self._queue_lock:
-                        batch, self._queue = self._queue, []
-                    self._leader = threading.get_ident()
-                    try:
-                        self._commit(batch)
-                    finally:
-                        self._leader = None
-                    self._compact_when_due()
+        with self._queue_lock:
+            self._queue.append(req)
+        with self._lock:
+            if not req.done:  # else: a previous leader committed it meanwhile
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+                self._compact_when_due()
         if req.error is not None:
             raise req.error
         return req.result  # type: ignore[return-value]
@@ -851,10 +832,20 @@ class Checkpoint:
                 raise CheckpointError(str(e)) from None
         return self._owner
 
-    def owner_alive(self, owner: str | None) -> bool:
-        """True when ``owner`` is this instance or another live one (its owner lock is
-        held). None, an unknown or a crashed owner is not alive."""
-        return self._owners.alive(owner)
+    def dead_owners(self, uids: Iterable[str] | None = None) -> frozenset[str]:
+        """The owners of the ``PrepareStarted`` records of ``uids`` (None: of every record),
+        other than this instance, whose owner lock is free (their process is gone): what
+        the transitions of :mod:`drakit.plugin.claims.lifecycle` take as ``dead``. Probes
+        the owner lock files outside the checkpoint's locks. Raises CheckpointError while
+        corrupt."""
+        with self._lock:
+            self._refresh()
+            claims = self._state.claims
+            recs = (claims.values() if uids is None
+                    else [r for r in map(claims.get, uids) if r is not None])
+            owners = {r.owner for r in recs if r.phase == "PrepareStarted"
+                      and r.owner is not None and r.owner != self._owners.name}
+        return frozenset(o for o in owners if not self._owners.alive(o))
 
     def forget_dead_owners(self) -> list[str]:
         """Remove owner lock files of instances that are gone; returns their ids."""

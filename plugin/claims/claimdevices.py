@@ -10,11 +10,12 @@ idempotent, and the spec is removed). A hook that returns no container edits get
 Hooks bounded per claim (:class:`HookWorkers`): a call of several claims waits for each
 claim's hooks only until the call's deadline; a hook that never returns fails its own claim
 (the error names the plugin, the hook and the device, and says it is still running), never
-the other claims of the call. The claim stays in single flight until its hook ends, so a
-retry gets the same answer; when the hook ends, its ``on_late`` continuation (run on the
-worker) records or rolls back what it did. Workers are daemon threads kept for reuse: a hook
-stuck forever holds its worker, never the process's exit (``drakit run`` ends within the
-gRPC grace and says which hooks were still running).
+the other claims of the call. The call returns the claim's unfinished run
+(:class:`HookRun`, plain data); the claim stays in single flight, holding it, until the hook
+ends, so a retry gets the same answer; then what the hook did is recorded or rolled back
+(:meth:`drakit.plugin.claims.prepare.Prepare.settle_late`). Workers are daemon threads kept
+for reuse: a hook stuck forever holds its worker, never the process's exit (``drakit run``
+ends within the gRPC grace and says which hooks were still running).
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ class HookProgress:
 
 
 class HookRun:
-    """One claim's work on a worker: :meth:`wait` until a deadline; a run not done by then
-    is *late*: its result goes to ``on_late`` (on the worker) instead of the caller."""
+    """One claim's work on a worker (:class:`HookWorkers`): its :attr:`progress` while it
+    runs, then its :attr:`result` or :attr:`error`. Plain data: whoever holds the run waits
+    for it (:meth:`wait`); nothing is called when it ends."""
 
     def __init__(self, work: Callable[[HookProgress], Any], claim: str = "") -> None:
         self.work = work
@@ -103,36 +105,21 @@ class HookRun:
         self.result: Any = None
         self.error: BaseException | None = None
         self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._late: Callable[[HookRun], None] | None = None
-        self._finished = False
 
     def run(self) -> None:
+        """The work, on the worker: its result or error kept; never raises."""
         try:
             self.result = self.work(self.progress)
         except BaseException as e:
             self.error = e
-        with self._lock:
-            self._finished = True
-            late = self._late
-        self._done.set()
-        if late is not None:
-            late(self)
+        finally:
+            self._done.set()
 
-    def wait(self, deadline: float, on_late: Callable[[HookRun], None],
-             on_overdue: Callable[[], None] | None = None) -> bool:
-        """True when the work finished by ``deadline`` (monotonic seconds); else False:
-        ``on_overdue()`` is called at once (before ``on_late`` can run) and ``on_late(self)``
-        runs on the worker once the work finishes."""
-        if self._done.wait(max(0.0, deadline - time.monotonic())):
-            return True
-        with self._lock:
-            if self._finished:
-                return True
-            if on_overdue is not None:
-                on_overdue()
-            self._late = on_late
-        return False
+    def wait(self, deadline: float | None) -> bool:
+        """True once the work finished; False when ``deadline`` (monotonic seconds; None:
+        wait for as long as the work takes) came first."""
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._done.wait(timeout)
 
 
 class HookWorkers:

@@ -21,27 +21,35 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Protocol
 
 from drakit.discovery.plugin import ClaimRef
 
 
+class Unfinished(Protocol):
+    """Work a call left running past its deadline (a prepare hook:
+    :class:`drakit.plugin.claims.prepare.LatePrepare`)."""
+
+    def still_running(self) -> str:
+        """What a caller waiting for the claim is told when its own deadline comes."""
+        ...
+
+
 class Flight:
     """One claim being run by one call: ``future`` gets the result; ``deadline`` is that
-    call's (monotonic seconds); ``stale`` once the result came after the deadline."""
+    call's (monotonic seconds); ``stale`` once the result came after the deadline;
+    ``unfinished``: the work the call left running (None: the call itself runs it)."""
 
-    __slots__ = ("deadline", "future", "note", "stale")
+    __slots__ = ("deadline", "future", "stale", "unfinished")
 
     def __init__(self, deadline: float) -> None:
         self.future: Future[Any] = Future()
         self.deadline = deadline
         self.stale = False
-        #: What a waiter whose deadline comes first is told (a hook still running past its
-        #: call's deadline: :mod:`drakit.plugin.claims.claimdevices`); None: the general answer.
-        self.note: Callable[[], str] | None = None
+        self.unfinished: Unfinished | None = None
 
 
 class SingleFlight:
@@ -74,12 +82,13 @@ class SingleFlight:
                     mine.append(ref)
         return mine, running
 
-    def note(self, uid: str, note: Callable[[], str]) -> None:
-        """Set the :attr:`Flight.note` of claim ``uid``'s flight (if it is running)."""
+    def hold(self, uid: str, unfinished: Unfinished) -> None:
+        r"""Claim ``uid``'s flight (kept by the call that owns it) now holds the work that
+        call left running, until its owner :meth:`release`\ s it."""
         with self._lock:
             flight = self._flights.get(uid)
             if flight is not None:
-                flight.note = note
+                flight.unfinished = unfinished
 
     def release(self, results: Mapping[str, Any], owned: Iterable[ClaimRef]) -> None:
         """End the flights of ``owned``, each with its result in ``results`` (None when

@@ -9,7 +9,7 @@ gives each claim to one call at a time; the claims this call runs go to
 :class:`drakit.plugin.claims.unprepare.Unprepare`; the answer lists, per device, its base
 request name, pool, device and CDI device IDs. An error for one claim is that claim's ``error``
 string; it never fails the others. Across two instances (rolling update) the checkpoint's
-``PrepareStarted`` owner decides (:mod:`drakit.plugin.claims.admission`).
+``PrepareStarted`` owner decides (:mod:`drakit.plugin.claims.lifecycle`).
 
 Deadlines: a kubelet call's work ends by its gRPC deadline minus a margin to answer
 (:func:`drakit.plugin.api.retry.call_deadline`); claim reads are bounded by it and run
@@ -35,12 +35,12 @@ tests/contract/crash_agent.py runs ``drakit run`` with a hook that kills the pro
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.api.retry import call_deadline
 from drakit.plugin.claims import owedstatus
-from drakit.plugin.claims.admission import Reservations
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError
 from drakit.plugin.claims.claimdevices import (
     CRASH_POINTS,
@@ -50,12 +50,13 @@ from drakit.plugin.claims.claimdevices import (
     no_crash,
 )
 from drakit.plugin.claims.inflight import KubeletCalls, SingleFlight
+from drakit.plugin.claims.lifecycle import Reservations
 from drakit.plugin.claims.owedstatus import StatusQueue
-from drakit.plugin.claims.prepare import ClaimSource, Prepare
+from drakit.plugin.claims.prepare import ClaimSource, LatePrepare, Prepare
 from drakit.plugin.claims.recovery import Recovery
 from drakit.plugin.claims.unprepare import Unprepare
 from drakit.plugin.events import Events
-from drakit.plugin.klog import ClaimLines, V
+from drakit.plugin.klog import ClaimLines, V, keys_of
 from drakit.plugin.names import (
     InvalidNameError,
     check_claim_uid,
@@ -105,7 +106,7 @@ class NodeLogic:
         devices = ClaimDevices(inventory, specs, crash_hook or no_crash)
         seen = Reservations()
         self._prepare = Prepare(driver_name, inventory, claims, checkpoint, devices, status,
-                                self.events, seen, self.flights)
+                                self.events, seen)
         self._unprepare = Unprepare(checkpoint, devices, status, self.events, seen)
         self.recovery = Recovery(checkpoint, specs, devices, self.flights)
         inventory.set_in_use(self.prepared_devices)
@@ -177,13 +178,18 @@ class NodeLogic:
             refs.append(ref)
         while refs:
             mine, waiting = self.flights.claim(refs, deadline)
-            late: set[str] = set()
+            late: dict[str, LatePrepare] = {}
             try:
-                answers, late = self._prepare.run(mine, deadline)
-                results.update(answers)
+                out = self._prepare.run(mine, deadline)
+                results.update(out.results)
+                late = out.late
             finally:
                 # a claim whose hook still runs keeps its flight until the hook ends
                 self.flights.release(results, [r for r in mine if r.uid not in late])
+            for uid, unfinished in late.items():
+                self.flights.hold(uid, unfinished)
+                threading.Thread(target=self._settle_late, args=(unfinished,),
+                                 name=f"late-prepare-{uid[:8]}", daemon=True).start()
             elapsed = time.monotonic() - started
             for ref in mine:
                 got = results.get(ref.uid)
@@ -196,7 +202,8 @@ class NodeLogic:
                     joined.add(uid)
                 elif time.monotonic() >= deadline:
                     ref = next(r for r in claims if r.uid == uid)
-                    results[uid] = PrepareResult(error=flight.note() if flight.note else (
+                    held = flight.unfinished
+                    results[uid] = PrepareResult(error=held.still_running() if held else (
                         f"ResourceClaim {ref.namespace}/{ref.name}: an earlier call for this "
                         "claim was still running when this call's deadline came; retry"))
                 else:
@@ -204,6 +211,21 @@ class NodeLogic:
                     # (a stale result): prepare afresh.
                     refs.extend(r for r in claims if r.uid == uid and r.uid not in results)
         return results, joined
+
+    def _settle_late(self, late: LatePrepare) -> None:
+        """On a thread of its own: wait for a claim's hooks that outlived their call,
+        settle what they did (:meth:`drakit.plugin.claims.prepare.Prepare.settle_late`),
+        then end the claim's flight (a waiting retry takes the answer, or prepares the
+        claim afresh)."""
+        ref = late.plan.ref
+        result: PrepareResult | None = None
+        try:
+            late.run.wait(None)  # as long as the vendor's hook takes: it holds its worker
+            result = self._prepare.settle_late(late)
+        except Exception:
+            log.exception("settling a late prepare failed", extra=keys_of(ref))
+        finally:
+            self.flights.release({ref.uid: result} if result is not None else {}, [ref])
 
     # -- unprepare -----------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ A claim's status is as durable as the claim: the wish to apply this driver's
 ``status_owed`` flag of its ``PrepareCompleted`` record, written in the same checkpoint write
 that records the claim prepared; the wish to remove them is the ``status_owed`` flag of the
 ``unprepared`` mark, written in the same write that drops the record. The status writer
-clears a flag once the server holds what it asked for (:func:`settle`, batched); an agent
+clears a flag once the server holds what it asked for
+(:func:`drakit.plugin.claims.lifecycle.settle`, batched); an agent
 instance that starts and finds a flag set finishes the job (:func:`resume`). Nothing is set,
 so nothing is sent at start-up, when every status was settled.
 """
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
+from functools import partial
 from typing import Protocol
 
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointState, ClaimRecord
+from drakit.plugin.claims.lifecycle import settle
 
 log = logging.getLogger("drakit.plugin.claims.status")
 
@@ -42,25 +45,6 @@ def owed(state: CheckpointState) -> tuple[list[ClaimRecord], list[ClaimRef]]:
     return applies, removals
 
 
-def settle(state: CheckpointState, applied: Mapping[str, float],
-           removed: Collection[str]) -> bool:
-    """Clear the flags the server now holds: ``applied`` (claim UID → ``prepared_at`` of the
-    record whose entries were applied: a claim prepared again since keeps its own flag) and
-    ``removed`` (claim UIDs whose entries are gone). True when something changed."""
-    changed = False
-    for uid, stamp in applied.items():
-        rec = state.claims.get(uid)
-        if rec is not None and rec.status_owed and rec.prepared_at == stamp:
-            state.claims[uid] = rec.model_copy(update={"status_owed": False})
-            changed = True
-    for uid in removed:
-        mark = state.unprepared.get(uid)
-        if mark is not None and mark.status_owed and uid not in state.claims:
-            state.unprepared[uid] = mark.model_copy(update={"status_owed": False})
-            changed = True
-    return changed
-
-
 class CheckpointLedger:
     """Settles the status writer's finished work in ``checkpoint``: one write per batch, none
     when no flag is set any more (another instance settled it, the claim is gone)."""
@@ -72,7 +56,7 @@ class CheckpointLedger:
         """Raises CheckpointError when the checkpoint cannot be read or written."""
         if not settle(self.checkpoint.state(), applied, removed):
             return
-        self.checkpoint.update_state(lambda state: settle(state, applied, removed))
+        self.checkpoint.change(partial(settle, applied=applied, removed=removed))
 
 
 def resume(checkpoint: Checkpoint, status: StatusQueue) -> tuple[int, int]:

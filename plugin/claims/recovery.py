@@ -19,10 +19,10 @@ import logging
 import os
 import time
 from collections.abc import Collection
+from functools import partial
 
 from drakit.plugin.api.retry import call_deadline
-from drakit.plugin.claims.admission import drop_started
-from drakit.plugin.claims.checkpoint import Checkpoint, ClaimRecord
+from drakit.plugin.claims.checkpoint import Checkpoint
 from drakit.plugin.claims.claimdevices import (
     ClaimDevices,
     SpecRewriteError,
@@ -30,6 +30,7 @@ from drakit.plugin.claims.claimdevices import (
     claim_ref,
 )
 from drakit.plugin.claims.inflight import SingleFlight
+from drakit.plugin.claims.lifecycle import adopt, drop_started
 
 log = logging.getLogger("drakit.plugin.claims.node")
 
@@ -71,8 +72,11 @@ class Recovery:
         """Roll back ``PrepareStarted`` claims whose owner process is gone. Returns how many
         were rolled back. Raises CheckpointError while the checkpoint is corrupt."""
         owner = self.checkpoint.owner
+        dead = self.checkpoint.dead_owners()
+        if not dead:
+            return 0
         candidates = [claim_ref(r) for r in self.checkpoint.claims().values()
-                      if self._dead(r, owner)]
+                      if r.phase == "PrepareStarted" and r.owner in dead]
         if not candidates:
             return 0
         mine, _busy = self.flights.claim(candidates, call_deadline(None))
@@ -80,32 +84,17 @@ class Recovery:
             uids = {r.uid for r in mine}
             if not uids:  # each one is being run by a call here: nothing to write
                 return 0
-            adopted = self.checkpoint.update(lambda claims: self._adopt(claims, uids, owner))
+            adopted = self.checkpoint.change(partial(adopt, uids=uids, owner=owner, dead=dead))
             for rec in adopted:
                 self.devices.rollback(claim_ref(rec), rec.devices)
             if adopted:
                 done = {r.uid for r in adopted}
-                self.checkpoint.update(lambda claims: drop_started(claims, done, owner))
+                self.checkpoint.change(partial(drop_started, uids=done, owner=owner))
                 log.warning("rolled back %d claim(s) left half-prepared by a crashed instance",
                             len(adopted))
         finally:
             self.flights.release({}, mine)  # waiters (none expected) run their own call afresh
         return len(adopted)
-
-    def _dead(self, rec: ClaimRecord, owner: str) -> bool:
-        return (rec.phase == "PrepareStarted" and rec.owner != owner
-                and not self.checkpoint.owner_alive(rec.owner))
-
-    def _adopt(self, claims: dict[str, ClaimRecord], uids: Collection[str],
-               owner: str) -> list[ClaimRecord]:
-        """Make this instance the owner of the dead-owner records of ``uids``."""
-        adopted = []
-        for uid in uids:
-            rec = claims.get(uid)
-            if rec is not None and self._dead(rec, owner):
-                claims[uid] = rec.model_copy(update={"owner": owner})
-                adopted.append(claims[uid])
-        return adopted
 
     def sweep_orphan_specs(self) -> list[str]:
         """Remove this driver's CDI specs that no record owns and abandoned temp files (see

@@ -3,7 +3,7 @@
 Order: the devices' unprepare hooks; then the claims' CDI specs are removed, while their
 records still name them; then ONE checkpoint write drops the records and leaves
 ``unprepared`` marks (for the stale-prepare rule and the owed AllocatedDeviceStatus
-removal: :func:`drakit.plugin.claims.admission.release`). When a spec cannot be removed (an
+removal: :func:`drakit.plugin.claims.lifecycle.release`). When a spec cannot be removed (an
 immutable or read-only CDI directory) its claim keeps its record and its error says so: the
 device stays busy while a spec still names it, and the kubelet's retry finishes the job.
 Nothing runs under the checkpoint's file lock but that write.
@@ -28,14 +28,14 @@ from functools import partial
 
 from drakit.cdi.errors import CDINameError
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims.admission import (
+from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
+from drakit.plugin.claims.claimdevices import ClaimDevices, HookFailed, claim_ref
+from drakit.plugin.claims.lifecycle import (
     Reservations,
     held_elsewhere,
     held_elsewhere_error,
     release,
 )
-from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
-from drakit.plugin.claims.claimdevices import ClaimDevices, HookFailed, claim_ref
 from drakit.plugin.claims.owedstatus import StatusQueue
 from drakit.plugin.events import Events
 from drakit.plugin.klog import keys_of
@@ -66,6 +66,7 @@ class Unprepare:
         unknown: list[str] = []
         try:
             owner = self.checkpoint.owner
+            dead = self.checkpoint.dead_owners([r.uid for r in refs])
         except CheckpointError as e:
             return {r.uid: self.events.checkpoint_failed(e) for r in refs}, causes
         for ref in refs:
@@ -78,7 +79,7 @@ class Unprepare:
                 unknown.append(ref.uid)
                 results[ref.uid] = ""
                 continue
-            if held_elsewhere(rec, owner, self.checkpoint.owner_alive):
+            if held_elsewhere(rec, owner, dead):
                 results[ref.uid] = held_elsewhere_error(f"claim {ref.uid}", rec)
                 continue
             try:
@@ -119,7 +120,7 @@ class Unprepare:
         the claims whose spec could not be removed (their records stay). Raises
         CheckpointError when the write fails."""
         failed = self._remove_specs(drop, unknown)
-        self.checkpoint.update_state(partial(
+        self.checkpoint.change(partial(
             release, records={u: r for u, r in drop.items() if u not in failed},
             unknown=[u for u in unknown if u not in failed], now=time.time(),
             reservations=self.reservations.of([*drop, *unknown]), owe_status=owe_status))

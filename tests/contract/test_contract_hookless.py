@@ -242,7 +242,7 @@ def test_a_failed_admission_write_keeps_the_hook_errors_of_the_same_call(
     def broken(*_a: Any, **_k: Any) -> Any:
         raise CheckpointError("checkpoint /x: write failed: disk full")
 
-    monkeypatch.setattr(h.app.checkpoint, "update_state", broken)
+    monkeypatch.setattr(h.app.checkpoint, "change", broken)
     res = h.prepare(good, bad)
     assert "d1 is broken" in res[uid_of(bad)].error
     assert "disk full" in res[uid_of(good)].error

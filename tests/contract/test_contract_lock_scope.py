@@ -94,7 +94,7 @@ def test_an_unprepare_whose_write_fails_keeps_the_record_and_its_retry_finishes(
     def broken(*_a: Any, **_k: Any) -> Any:
         raise CheckpointError("checkpoint /x: write failed: disk full")
 
-    monkeypatch.setattr(h.app.checkpoint, "update_state", broken)
+    monkeypatch.setattr(h.app.checkpoint, "change", broken)
     assert "disk full" in h.unprepare(claim)[uid]
     monkeypatch.undo()
     assert _on_disk(h, uid) == "PrepareCompleted" and h.cdi_files() == []

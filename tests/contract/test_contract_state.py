@@ -260,7 +260,7 @@ def test_startup_removes_unowned_specs_and_rolls_back_dead_owner(
                            owner=owner, devices=[PreparedDeviceRecord(
                                request="r", pool="node-1", device="gpu-1", plugin="example")])
 
-    other.update(lambda c: c.update({half_dead: started(half_dead, "crashed-instance"),
+    other.change(lambda s: s.claims.update({half_dead: started(half_dead, "crashed-instance"),
                                      half_live: started(half_live, "live-instance")}))
     # A completed claim whose spec vanished (tmpfs /var/run/cdi after a reboot).
     (h.cdi_dir / f"{DRIVER}-device_{uid_of(kept)}.json").unlink()

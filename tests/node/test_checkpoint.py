@@ -29,7 +29,7 @@ def rec(uid: str) -> ClaimRecord:
 def test_roundtrip_and_mode(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "checkpoint.json")
     cp.load()
-    cp.update(lambda c: c.__setitem__("u1", rec("u1")))
+    cp.change(lambda s: s.claims.__setitem__("u1", rec("u1")))
     assert (os.stat(tmp_path / "checkpoint.json").st_mode & 0o777) == 0o600
     again = Checkpoint(tmp_path / "checkpoint.json")
     again.load()
@@ -40,10 +40,10 @@ def test_roundtrip_and_mode(tmp_path: Path) -> None:
 def test_two_instances_see_each_others_changes(tmp_path: Path) -> None:
     a = Checkpoint(tmp_path / "cp.json")
     b = Checkpoint(tmp_path / "cp.json")
-    a.update(lambda c: c.__setitem__("u1", rec("u1")))
-    b.update(lambda c: c.__setitem__("u2", rec("u2")))
+    a.change(lambda s: s.claims.__setitem__("u1", rec("u1")))
+    b.change(lambda s: s.claims.__setitem__("u2", rec("u2")))
     assert set(a.claims()) == {"u1", "u2"}
-    b.update(lambda c: c.pop("u1"))
+    b.change(lambda s: s.claims.pop("u1"))
     assert set(a.claims()) == {"u2"}
 
 
@@ -56,14 +56,14 @@ def test_corrupt_file_is_an_error_and_left_untouched(tmp_path: Path, content: by
         cp.load()
     assert cp.error
     with pytest.raises(CheckpointError):
-        cp.update(lambda c: c.__setitem__("u1", rec("u1")))
+        cp.change(lambda s: s.claims.__setitem__("u1", rec("u1")))
     assert path.read_bytes() == content
 
 
 def test_checksum_mismatch_detected(tmp_path: Path) -> None:
     path = tmp_path / "cp.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.__setitem__("u1", rec("u1")))
+    cp.change(lambda s: s.claims.__setitem__("u1", rec("u1")))
     doc = json.loads(path.read_text())
     doc["claims"]["u1"]["name"] = "tampered"
     path.write_text(json.dumps(doc))
@@ -84,12 +84,12 @@ def test_recovers_when_file_is_fixed(tmp_path: Path) -> None:
 
 def test_failed_change_writes_nothing(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "cp.json")
-    cp.update(lambda c: c.__setitem__("u1", rec("u1")))
+    cp.change(lambda s: s.claims.__setitem__("u1", rec("u1")))
 
     def boom(c: dict[str, ClaimRecord]) -> None:
         c.pop("u1")
         raise RuntimeError("x")
 
     with pytest.raises(RuntimeError):
-        cp.update(boom)
+        cp.change(lambda s: boom(s.claims))
     assert set(cp.claims()) == {"u1"}

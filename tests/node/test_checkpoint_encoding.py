@@ -123,7 +123,7 @@ def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "checkpoint.json")
     cp.load()
     for i in range(5):
-        cp.update(lambda c, i=i: c.__setitem__(f"uid-{i}", _record(f"uid-{i}")))
+        cp.change(lambda s, i=i: s.claims.__setitem__(f"uid-{i}", _record(f"uid-{i}")))
     assert cp.path.read_bytes() == _expected(cp.path)
 
     def mutate(c: dict[str, ClaimRecord]) -> None:
@@ -131,7 +131,7 @@ def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
         c["uid-3"] = _with_state(c["uid-3"], {"k": 1})                   # nested
         del c["uid-4"]
 
-    cp.update(mutate)
+    cp.change(lambda s: mutate(s.claims))
     cp.compact()  # the log's lines into a new snapshot
     assert cp.path.read_bytes() == _expected(cp.path)
     fresh = Checkpoint(cp.path)
@@ -144,7 +144,7 @@ def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
     def marks(s: CheckpointState) -> None:
         s.unprepared["uid-4"] = UnpreparedRecord(fingerprint="f", at=1e12)
 
-    cp.update_state(marks)
+    cp.change(marks)
     cp.compact()
     assert cp.path.read_bytes() == _expected(cp.path)
     assert fresh.state().unprepared["uid-4"].fingerprint == "f"
@@ -153,7 +153,7 @@ def test_file_is_canonical_after_updates(tmp_path: Path) -> None:
 def test_failed_change_leaves_memory_as_the_file(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "checkpoint.json")
     cp.load()
-    cp.update(lambda c: c.__setitem__("u", _record("u")))
+    cp.change(lambda s: s.claims.__setitem__("u", _record("u")))
     before = cp.path.read_bytes()
 
     def broken(c: dict[str, ClaimRecord]) -> None:
@@ -161,12 +161,12 @@ def test_failed_change_leaves_memory_as_the_file(tmp_path: Path) -> None:
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        cp.update(broken)
+        cp.change(lambda s: broken(s.claims))
     assert cp.path.read_bytes() == before
     rec = cp.get("u")
     assert rec is not None and rec.owner is None and rec.devices[0].state == {}
     # The next write starts from the file's content, not from the half-done change.
-    cp.update(lambda c: c.__setitem__("v", _record("v")))
+    cp.change(lambda s: s.claims.__setitem__("v", _record("v")))
     fresh = Checkpoint(cp.path)
     fresh.load()
     assert fresh.claims()["u"].owner is None
@@ -192,15 +192,15 @@ def test_another_instance_change_is_seen_in_any_chunk(tmp_path: Path, where: str
     path = tmp_path / "checkpoint.json"
     a, b = Checkpoint(path), Checkpoint(path)
     uids = [f"uid-{i:04d}" for i in range(800)]
-    a.update(lambda c: c.update({u: _record(u) for u in uids}))
+    a.change(lambda s: s.claims.update({u: _record(u) for u in uids}))
     assert path.stat().st_size > 3 * 64 * 1024
     assert len(b.claims()) == 800
     target = {"first": uids[0], "middle": uids[400], "last": uids[-1]}[where]
-    a.update(lambda c: c.__setitem__(target, _record(target, {"x": 1})))
+    a.change(lambda s: s.claims.__setitem__(target, _record(target, {"x": 1})))
     assert b.claims()[target].devices[0].state == {"x": 1}
-    a.update(lambda c: c.__setitem__("uid-9999", _record("uid-9999")))
+    a.change(lambda s: s.claims.__setitem__("uid-9999", _record("uid-9999")))
     assert "uid-9999" in b.claims()
-    a.update(lambda c: c.pop(uids[-1]))
+    a.change(lambda s: s.claims.pop(uids[-1]))
     assert uids[-1] not in b.claims() and len(b.claims()) == 800
 
 
@@ -208,7 +208,7 @@ def test_unchanged_file_is_not_parsed_again(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "checkpoint.json"
     a, b = Checkpoint(path), Checkpoint(path)
-    a.update(lambda c: c.update({u: _record(u) for u in ("u1", "u2")}))
+    a.change(lambda s: s.claims.update({u: _record(u) for u in ("u1", "u2")}))
     parses: list[int] = []
     real = Checkpoint._parse
 
@@ -221,7 +221,7 @@ def test_unchanged_file_is_not_parsed_again(tmp_path: Path,
         assert set(b.claims()) == {"u1", "u2"}
         assert set(a.claims()) == {"u1", "u2"}
     assert len(parses) == 1  # b read a's write once; a knows its own write
-    b.update(lambda c: c.pop("u1"))  # one line appended to the log
+    b.change(lambda s: s.claims.pop("u1"))  # one line appended to the log
     assert set(a.claims()) == {"u2"} and len(parses) == 1  # a reads that line alone
     b.compact()  # a new snapshot: read once by a
     assert set(a.claims()) == {"u2"} and len(parses) == 2
@@ -233,7 +233,7 @@ def test_file_in_another_layout_is_read_and_its_changes_seen(tmp_path: Path) -> 
     place) is read, and an edit of it in place is seen; the next change rewrites it in the
     canonical layout."""
     path = tmp_path / "checkpoint.json"
-    Checkpoint(path).update(lambda c: c.__setitem__("u1", _record("u1")))
+    Checkpoint(path).change(lambda s: s.claims.__setitem__("u1", _record("u1")))
     doc = json.loads(path.read_text())
     path.write_text(json.dumps(doc, indent=2))
     cp = Checkpoint(path)
@@ -242,7 +242,7 @@ def test_file_in_another_layout_is_read_and_its_changes_seen(tmp_path: Path) -> 
     doc["checksum"] = _body_checksum(doc)
     path.write_text(json.dumps(doc, indent=2))
     assert cp.claims()["u1"].name == "changed"
-    cp.update(lambda c: c.__setitem__("u2", _record("u2")))
+    cp.change(lambda s: s.claims.__setitem__("u2", _record("u2")))
     assert set(Checkpoint(path).claims()) == {"u1", "u2"}
     cp.compact()
     assert path.read_bytes() == _expected(path)
@@ -252,7 +252,7 @@ def test_file_in_another_layout_is_read_and_its_changes_seen(tmp_path: Path) -> 
 def test_same_size_edit_in_place_is_seen(tmp_path: Path) -> None:
     """An edit in place that keeps the size (same inode) is seen by its mtime."""
     path = tmp_path / "checkpoint.json"
-    Checkpoint(path).update(lambda c: c.__setitem__("u1", _record("u1")))
+    Checkpoint(path).change(lambda s: s.claims.__setitem__("u1", _record("u1")))
     cp = Checkpoint(path)
     assert cp.claims()["u1"].name == "c-u1"
     doc = json.loads(path.read_text())
@@ -289,7 +289,7 @@ def test_file_of_the_previous_version_is_read_and_rewritten(tmp_path: Path) -> N
     assert state.unprepared["bbbbbbbb-bbbb-cccc-dddd-eeeeeeeeeeee"].fingerprint is None
     # This version writes the same content (as a version 3 snapshot).
     assert _content(Encoder().encode(state, log=1)) == _content(old)
-    cp.update(lambda c: c.pop("66666666-7777-8888-9999-000000000000"))
+    cp.change(lambda s: s.claims.pop("66666666-7777-8888-9999-000000000000"))
     again = Checkpoint(path).state()
     assert set(again.claims) == {"11111111-2222-3333-4444-555555555555"}
     assert again.claims["11111111-2222-3333-4444-555555555555"] == done

@@ -41,11 +41,12 @@ def _start(fn: Callable[[], None], errors: dict[str, BaseException], name: str) 
 
 def test_queued_changes_share_one_write(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "cp.json")
-    cp.update(lambda c: c.__setitem__("base", _rec("base")))
-    gate = threading.Event()
+    cp.change(lambda s: s.claims.__setitem__("base", _rec("base")))
+    gate, entered = threading.Event(), threading.Event()
     errors: dict[str, BaseException] = {}
 
     def first(c: dict[str, ClaimRecord]) -> None:
+        entered.set()  # the first change is being committed: the others queue up
         assert gate.wait(10)
         c["first"] = _rec("first")
 
@@ -60,15 +61,12 @@ def test_queued_changes_share_one_write(tmp_path: Path) -> None:
             c[f"g{i}"] = _rec(f"g{i}")
         return change
 
-    threads = [_start(lambda: cp.update(first), errors, "first")]
-    deadline = time.monotonic() + 10
-    while cp._leader is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    threads = [_start(lambda: cp.change(lambda s: first(s.claims)), errors, "first")]
+    assert entered.wait(10)
     writes = cp.writes
-    threads.append(_start(lambda: cp.update(bad), errors, "bad"))
+    threads.append(_start(lambda: cp.change(lambda s: bad(s.claims)), errors, "bad"))
     for i in range(4):
-        threads.append(_start(lambda i=i: cp.update(good(i)), errors, f"g{i}"))
+        threads.append(_start(lambda i=i: cp.change(lambda s: good(i)(s.claims)), errors, f"g{i}"))
     _wait_queued(cp, 5)
     gate.set()
     for t in threads:
@@ -85,7 +83,7 @@ def test_queued_changes_share_one_write(tmp_path: Path) -> None:
 def test_failed_write_fails_the_whole_batch(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cp = Checkpoint(tmp_path / "cp.json")
-    cp.update(lambda c: c.__setitem__("base", _rec("base")))
+    cp.change(lambda s: s.claims.__setitem__("base", _rec("base")))
     log = cp.log_path(1)
     before = (cp.path.read_bytes(), log.read_bytes())
     gate = threading.Event()
@@ -98,7 +96,7 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
 
     monkeypatch.setattr(checkpointlog, "append", failing_append)
     errors: dict[str, BaseException] = {}
-    threads = [_start(lambda i=i: cp.update(lambda c: c.__setitem__(f"x{i}", _rec(f"x{i}"))),
+    threads = [_start(lambda i=i: cp.change(lambda s: s.claims.__setitem__(f"x{i}", _rec(f"x{i}"))),
                       errors, f"x{i}") for i in range(5)]
     _wait_queued(cp, 4)
     gate.set()
@@ -115,7 +113,7 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
 def test_assigned_records_cannot_be_changed_by_the_caller(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "cp.json")
     rec = _rec("u")
-    cp.update(lambda c: c.__setitem__("u", rec))
+    cp.change(lambda s: s.claims.__setitem__("u", rec))
     with pytest.raises(ValidationError):
         rec.name = "changed later"  # type: ignore[misc]
     got = cp.get("u")

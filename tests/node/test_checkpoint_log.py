@@ -43,9 +43,9 @@ def files(path: Path) -> list[str]:
                   and not p.name.endswith(".lock"))
 
 
-def put(r: ClaimRecord) -> Callable[[dict[str, ClaimRecord]], None]:
+def put(r: ClaimRecord) -> Callable[[CheckpointState], None]:
     """A change that puts ``r`` under its UID."""
-    return lambda claims: claims.__setitem__(r.uid, r)
+    return lambda state: state.claims.__setitem__(r.uid, r)
 
 
 def held(n: int) -> dict[str, ClaimRecord]:
@@ -57,16 +57,16 @@ def test_a_write_appends_only_what_it_changed(tmp_path: Path) -> None:
     to the log, and the snapshot is not rewritten."""
     path = tmp_path / "checkpoint.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.update(held(1000)))
+    cp.change(lambda s: s.claims.update(held(1000)))
     snapshot = path.stat()
     assert snapshot.st_size > 150_000
     one = len(json.dumps(rec("uid-0000").model_dump(mode="json")))
     log = cp.log_path(1)
-    for change in (lambda c: c.__setitem__("new", rec("new")),
-                   lambda c: c.__setitem__("uid-0500", rec("uid-0500", "renamed")),
-                   lambda c: c.pop("new")):
+    for change in (lambda s: s.claims.__setitem__("new", rec("new")),
+                   lambda s: s.claims.__setitem__("uid-0500", rec("uid-0500", "renamed")),
+                   lambda s: s.claims.pop("new")):
         before = log.stat().st_size
-        cp.update(change)
+        cp.change(change)
         assert 0 < log.stat().st_size - before < one + 200
     assert path.stat().st_ino == snapshot.st_ino and path.stat().st_size == snapshot.st_size
     fresh = Checkpoint(path).claims()
@@ -77,9 +77,9 @@ def test_a_write_appends_only_what_it_changed(tmp_path: Path) -> None:
 
 def test_a_change_of_nothing_writes_nothing(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "checkpoint.json")
-    cp.update(lambda c: c.__setitem__("u", rec("u")))
+    cp.change(lambda s: s.claims.__setitem__("u", rec("u")))
     writes, size = cp.writes, cp.log_path(1).stat().st_size
-    cp.update(lambda c: c.__setitem__("u", c["u"]))  # the very same record
+    cp.change(lambda s: s.claims.__setitem__("u", s.claims["u"]))  # the very same record
     assert (cp.writes, cp.log_path(1).stat().st_size) == (writes, size)
 
 
@@ -87,13 +87,13 @@ def test_a_batch_is_one_line_applied_whole(tmp_path: Path) -> None:
     """An unprepare's change (claim removed, mark added) is one line: a reader sees both or
     neither."""
     cp = Checkpoint(tmp_path / "checkpoint.json")
-    cp.update(lambda c: c.update(held(3)))
+    cp.change(lambda s: s.claims.update(held(3)))
 
     def unprepare(s: CheckpointState) -> None:
         del s.claims["uid-0001"]
         s.unprepared["uid-0001"] = UnpreparedRecord(fingerprint="f", at=1e12)
 
-    cp.update_state(unprepare)
+    cp.change(unprepare)
     lines = cp.log_path(1).read_bytes().splitlines()
     assert len(lines) == 1
     payload = json.loads(lines[0].split(b" ", 1)[1])
@@ -105,14 +105,14 @@ def test_a_batch_is_one_line_applied_whole(tmp_path: Path) -> None:
 def test_two_instances_follow_each_others_log_and_compactions(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     a, b = Checkpoint(path), Checkpoint(path)
-    a.update(lambda c: c.update(held(5)))
+    a.change(lambda s: s.claims.update(held(5)))
     assert len(b.claims()) == 5
-    b.update(lambda c: c.pop("uid-0000"))
-    a.update(lambda c: c.__setitem__("uid-0001", rec("uid-0001", "by-a")))
+    b.change(lambda s: s.claims.pop("uid-0000"))
+    a.change(lambda s: s.claims.__setitem__("uid-0001", rec("uid-0001", "by-a")))
     assert "uid-0000" not in a.claims() and b.claims()["uid-0001"].name == "by-a"
     a.compact()
     assert files(path) == ["checkpoint.json", "checkpoint.json.2.log"]
-    b.update(lambda c: c.__setitem__("uid-0009", rec("uid-0009")))  # b catches up first
+    b.change(lambda s: s.claims.__setitem__("uid-0009", rec("uid-0009")))  # b catches up first
     assert set(a.claims()) == {f"uid-{i:04d}" for i in (1, 2, 3, 4, 9)}
     assert a.claims() == b.claims() == Checkpoint(path).claims()
 
@@ -122,9 +122,9 @@ def test_the_log_is_compacted_in_the_background_once_it_outgrew_the_snapshot(
     monkeypatch.setattr(checkpoint_module, "COMPACT_MIN_BYTES", 4096)
     path = tmp_path / "checkpoint.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.update(held(2)))
+    cp.change(lambda s: s.claims.update(held(2)))
     for i in range(40):
-        cp.update(put(rec("uid-0001", f"n{i}")))
+        cp.change(put(rec("uid-0001", f"n{i}")))
     cp.close()  # waits for a compaction in progress
     assert cp.compactions >= 1
     assert len(files(path)) == 2 and files(path)[0] == "checkpoint.json"
@@ -136,14 +136,14 @@ def test_a_torn_tail_is_ignored_and_never_appended_to(tmp_path: Path) -> None:
     starts a new log rather than append after it."""
     path = tmp_path / "checkpoint.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.update(held(2)))
-    cp.update(lambda c: c.pop("uid-0000"))
+    cp.change(lambda s: s.claims.update(held(2)))
+    cp.change(lambda s: s.claims.pop("uid-0000"))
     log = cp.log_path(1)
     with open(log, "ab") as f:
         f.write(b'0123abcd {"claims":{"uid-0001":nu')
     other = Checkpoint(path)
     assert set(other.claims()) == {"uid-0001"}
-    other.update(lambda c: c.__setitem__("uid-0002", rec("uid-0002")))
+    other.change(lambda s: s.claims.__setitem__("uid-0002", rec("uid-0002")))
     assert files(path) == ["checkpoint.json", "checkpoint.json.2.log"]
     assert set(cp.claims()) == {"uid-0001", "uid-0002"}
     # A whole last line that fails its checksum (power loss) is torn as well.
@@ -156,9 +156,9 @@ def test_a_corrupt_line_before_valid_ones_is_an_error_and_left_untouched(
         tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.update(held(1)))
+    cp.change(lambda s: s.claims.update(held(1)))
     for i in range(3):
-        cp.update(put(rec("uid-0000", f"n{i}")))
+        cp.change(put(rec("uid-0000", f"n{i}")))
     log = cp.log_path(1)
     raw = bytearray(log.read_bytes())
     second = raw.index(b"\n") + 1
@@ -171,13 +171,13 @@ def test_a_corrupt_line_before_valid_ones_is_an_error_and_left_untouched(
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         cp.load()  # reads everything again
     with pytest.raises(CheckpointError):
-        cp.update(lambda c: c.clear())
+        cp.change(lambda s: s.claims.clear())
     assert log.read_bytes() == bytes(raw)
 
 
 def test_a_missing_log_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
-    Checkpoint(path).update(lambda c: c.update(held(1)))
+    Checkpoint(path).change(lambda s: s.claims.update(held(1)))
     os.unlink(path.with_name("checkpoint.json.1.log"))
     with pytest.raises(CheckpointError, match=r"checkpoint\.json\.1\.log is missing"):
         Checkpoint(path).load()
@@ -198,7 +198,7 @@ def test_an_old_single_file_is_migrated_by_load(tmp_path: Path) -> None:
     assert files(path) == ["checkpoint.json", "checkpoint.json.1.log"]
     assert cp.log_path(1).read_bytes() == b""
     assert Checkpoint(path).state() == want
-    cp.update(lambda c: c.pop("66666666-7777-8888-9999-000000000000"))
+    cp.change(lambda s: s.claims.pop("66666666-7777-8888-9999-000000000000"))
     assert set(Checkpoint(path).claims()) == {"11111111-2222-3333-4444-555555555555"}
 
 
@@ -206,7 +206,7 @@ def test_an_old_single_file_is_migrated_by_the_first_change(tmp_path: Path) -> N
     path = tmp_path / "checkpoint.json"
     path.write_bytes((FIXTURES / "checkpoint-v2-603dcd8.json").read_bytes())
     cp = Checkpoint(path)  # no load(): an instance that writes first
-    cp.update(lambda c: c.pop("66666666-7777-8888-9999-000000000000"))
+    cp.change(lambda s: s.claims.pop("66666666-7777-8888-9999-000000000000"))
     assert json.loads(path.read_bytes())["version"] == 3
     assert set(Checkpoint(path).claims()) == {"11111111-2222-3333-4444-555555555555"}
     assert len(Checkpoint(path).state().unprepared) == 2
@@ -282,10 +282,10 @@ def test_a_kill_during_the_migration_loses_nothing(tmp_path: Path, step: str) ->
 def test_a_kill_during_a_compaction_loses_nothing(tmp_path: Path, step: str) -> None:
     path = tmp_path / "checkpoint.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.update(held(50)))
+    cp.change(lambda s: s.claims.update(held(50)))
     for i in range(10):
-        cp.update(put(rec(f"uid-{i:04d}", f"n{i}")))
-    cp.update(lambda c: c.pop("uid-0049"))
+        cp.change(put(rec(f"uid-{i:04d}", f"n{i}")))
+    cp.change(lambda s: s.claims.pop("uid-0049"))
     want = cp.state()
     cp.close()
     assert _kill_at(path, step, "compact") == -signal.SIGKILL
@@ -293,7 +293,7 @@ def test_a_kill_during_a_compaction_loses_nothing(tmp_path: Path, step: str) -> 
     again = Checkpoint(path)
     again.load()
     assert again.state() == want
-    again.update(lambda c: c.__setitem__("after", rec("after")))
+    again.change(lambda s: s.claims.__setitem__("after", rec("after")))
     assert set(Checkpoint(path).claims()) == set(want.claims) | {"after"}
     assert len([f for f in files(path) if f.endswith(".log")]) == 1
     assert not [f for f in files(path) if f.endswith(".tmp")]
@@ -304,19 +304,19 @@ def test_every_way_of_changing_the_maps_is_written(tmp_path: Path) -> None:
     the whole map when the change put a map of its own in its place."""
     path = tmp_path / "checkpoint.json"
     cp = Checkpoint(path)
-    cp.update(lambda c: c.update(held(6)))
-    cp.update(lambda c: c.setdefault("sd", rec("sd")))
-    cp.update(lambda c: c.popitem())  # the last one put: "sd"
-    cp.update(lambda c: c.__delitem__("uid-0000"))
-    cp.update(lambda c: c.__ior__({"ior": rec("ior")}))
+    cp.change(lambda s: s.claims.update(held(6)))
+    cp.change(lambda s: s.claims.setdefault("sd", rec("sd")))
+    cp.change(lambda s: s.claims.popitem())  # the last one put: "sd"
+    cp.change(lambda s: s.claims.__delitem__("uid-0000"))
+    cp.change(lambda s: s.claims.__ior__({"ior": rec("ior")}))
 
     def replace(s: CheckpointState) -> None:
         s.claims = {k: v for k, v in s.claims.items() if k != "uid-0001"}
         s.unprepared["m"] = UnpreparedRecord(fingerprint="f", at=1e12)
 
-    cp.update_state(replace)
+    cp.change(replace)
     want = {"uid-0002", "uid-0003", "uid-0004", "uid-0005", "ior"}
     assert set(Checkpoint(path).claims()) == want
     assert set(Checkpoint(path).state().unprepared) == {"m"}
-    cp.update(lambda c: c.clear())
+    cp.change(lambda s: s.claims.clear())
     assert Checkpoint(path).claims() == {} and files(path)[-1] == "checkpoint.json.1.log"

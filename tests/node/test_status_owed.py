@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes.client import ApiException
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims import owedstatus
+from drakit.plugin.claims import lifecycle, owedstatus
 from drakit.plugin.claims.checkpoint import (
     UNPREPARED_MAX,
     UNPREPARED_TTL,
@@ -71,10 +71,10 @@ def test_settle_clears_only_what_the_server_holds() -> None:
         {"a": record("a", at=1.0), "b": record("b", at=2.0)},
         {"m": UnpreparedRecord(at=time.time(), namespace="ns", name="c-m", status_owed=True)})
     # b was prepared again (new prepared_at) after the apply that settles: it keeps its flag
-    assert owedstatus.settle(state, {"a": 1.0, "b": 1.5}, {"m"}) is True
+    assert lifecycle.settle(state, {"a": 1.0, "b": 1.5}, {"m"}) is True
     assert not state.claims["a"].status_owed and state.claims["b"].status_owed
     assert not state.unprepared["m"].status_owed
-    assert owedstatus.settle(state, {"a": 1.0}, {"m"}) is False  # nothing left to clear
+    assert lifecycle.settle(state, {"a": 1.0}, {"m"}) is False  # nothing left to clear
 
 
 def test_owed_lists_the_applies_and_removals() -> None:
@@ -98,14 +98,14 @@ def test_marks_owing_a_removal_outlive_their_age_and_count_limits(tmp_path: Path
         for i in range(UNPREPARED_MAX + 10):
             state.unprepared[f"new-{i}"] = UnpreparedRecord(at=time.time())
 
-    cp.update_state(fill)
+    cp.change(fill)
     marks = Checkpoint(tmp_path / "checkpoint.json").state().unprepared
     assert "owed" in marks and "old" not in marks and len(marks) <= UNPREPARED_MAX + 1
 
 
 def test_flags_at_their_default_are_not_in_the_file(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "checkpoint.json")
-    cp.update_state(lambda s: s.claims.update(a=record("a", owed=False), b=record("b")))
+    cp.change(lambda s: s.claims.update(a=record("a", owed=False), b=record("b")))
     raw = (tmp_path / "checkpoint.json").read_text()
     assert raw.count("status_owed") == 1
     assert Checkpoint(tmp_path / "checkpoint.json").state().claims["b"].status_owed
@@ -170,7 +170,7 @@ def test_resume_queues_the_owed_work_and_nothing_else(tmp_path: Path) -> None:
             state.unprepared["m"] = UnpreparedRecord(at=time.time(), namespace="ns",
                                                      name="c-m", status_owed=True)
 
-        cp.update_state(owe)
+        cp.change(owe)
         assert owedstatus.resume(cp, writer) == (1, 1)
         assert writer.flush(10.0)
         assert sorted(api.calls) == [("apply", "c-a"), ("remove", "c-m")]

@@ -76,7 +76,8 @@ def test_checkpoint_is_0600_whatever_the_umask(tmp_path: Path) -> None:
     try:
         cp = Checkpoint(tmp_path / "d" / "checkpoint.json")
         cp.load()
-        cp.update(lambda c: c.__setitem__("u", ClaimRecord(uid="u", namespace="n", name="x")))
+        rec = ClaimRecord(uid="u", namespace="n", name="x")
+        cp.change(lambda s: s.claims.__setitem__("u", rec))
     finally:
         os.umask(old)
     assert _mode(tmp_path / "d" / "checkpoint.json") == 0o600
@@ -108,7 +109,8 @@ def test_checkpoint_write_failure_leaves_no_temp_file(tmp_path: Path) -> None:
     cp.load()
     (tmp_path / "checkpoint.json").mkdir()  # rename onto a directory fails
     with pytest.raises(CheckpointError):
-        cp.update(lambda c: c.__setitem__("u", ClaimRecord(uid="u", namespace="n", name="x")))
+        rec = ClaimRecord(uid="u", namespace="n", name="x")
+        cp.change(lambda s: s.claims.__setitem__("u", rec))
     assert not [p for p in tree(tmp_path) if p.endswith(".tmp")]
 
 

@@ -1,5 +1,6 @@
-"""Admission as a pure function (drakit.plugin.claims.admission): checkpoint content + plans +
-owner liveness in, a decision per claim out; no files, no checkpoint."""
+"""A claim's transitions as pure functions (drakit.plugin.claims.lifecycle): checkpoint
+content + one event (plans, records, the owners known gone) in, the new content and a
+decision per claim out; no files, no checkpoint."""
 
 from __future__ import annotations
 
@@ -9,23 +10,25 @@ from typing import Any, cast
 import pytest
 
 from drakit.discovery.plugin import ClaimRef
-from drakit.plugin.claims.admission import (
-    Admission,
-    DeviceHolders,
-    admit,
-    admit_into,
-    complete,
-    device_holders,
-    drop_recorded,
-    drop_started,
-    record,
-    release,
-)
 from drakit.plugin.claims.checkpoint import (
     CheckpointState,
     ClaimRecord,
     PreparedDeviceRecord,
     UnpreparedRecord,
+)
+from drakit.plugin.claims.lifecycle import (
+    Admission,
+    DeviceHolders,
+    admit,
+    adopt,
+    complete,
+    decide,
+    device_holders,
+    drop_recorded,
+    drop_started,
+    record,
+    release,
+    settle,
 )
 from drakit.plugin.claims.resourceclaim import AllocatedDevice, Plan, PlanItem
 
@@ -53,21 +56,20 @@ def held(uid: str, *devices: str, phase: Any = "PrepareCompleted", owner: str = 
                                                      admin_access=admin) for d in devices])
 
 
-def decide(plans: list[Plan], claims: dict[str, ClaimRecord] | None = None,
-           marks: dict[str, UnpreparedRecord] | None = None,
-           alive: frozenset[str | None] = frozenset({ME})) -> Admission:
+def decided(plans: list[Plan], claims: dict[str, ClaimRecord] | None = None,
+            marks: dict[str, UnpreparedRecord] | None = None,
+            dead: frozenset[str] = frozenset({OTHER})) -> Admission:
     """The decision, checked to be the same with a :class:`DeviceHolders` that saw an
     unrelated map first as without one."""
-    got = admit(claims or {}, marks or {}, plans, ME, lambda o: o in alive, NOW)
+    got = decide(claims or {}, marks or {}, plans, ME, dead, NOW)
     holders = DeviceHolders()
     holders.of({"x": held("x", "d0", "d9")})
-    assert admit(claims or {}, marks or {}, plans, ME, lambda o: o in alive, NOW,
-                 holders) == got
+    assert decide(claims or {}, marks or {}, plans, ME, dead, NOW, holders) == got
     return got
 
 
 def test_free_device_is_admitted_with_its_planned_record() -> None:
-    got = decide([plan("a", "d0", "d1")])
+    got = decided([plan("a", "d0", "d1")])
     assert not got.refused and not got.already_completed
     rec = got.started["a"]
     assert (rec.phase, rec.owner, rec.prepared_at, rec.fingerprint) == (
@@ -78,16 +80,16 @@ def test_free_device_is_admitted_with_its_planned_record() -> None:
 
 def test_completed_claim_is_answered_from_its_record() -> None:
     done = held("a", "d0")
-    got = decide([plan("a", "d0")], {"a": done})
+    got = decided([plan("a", "d0")], {"a": done})
     assert got.already_completed == {"a": done} and not got.started and not got.refused
 
 
 def test_live_instance_preparing_refuses_and_a_dead_one_is_taken_over() -> None:
     theirs = {"a": held("a", "d0", phase="PrepareStarted", owner=OTHER)}
-    refused = decide([plan("a", "d0")], theirs, alive=frozenset({ME, OTHER}))
+    refused = decided([plan("a", "d0")], theirs, dead=frozenset())
     assert "being prepared by another instance of this plugin" in refused.refused["a"]
     assert OTHER in refused.refused["a"] and not refused.started
-    taken = decide([plan("a", "d0")], theirs)
+    taken = decided([plan("a", "d0")], theirs)
     assert taken.started["a"].owner == ME
 
 
@@ -102,7 +104,7 @@ def test_live_instance_preparing_refuses_and_a_dead_one_is_taken_over() -> None:
      plan("a", "d0", reservations=None), False),
 ])
 def test_stale_prepare_rule(mark: UnpreparedRecord, p: Plan, refused: bool) -> None:
-    got = decide([p], marks={"a": mark})
+    got = decided([p], marks={"a": mark})
     assert ("a" in got.refused) is refused
     assert ("a" in got.started) is not refused
     if refused:
@@ -112,29 +114,29 @@ def test_stale_prepare_rule(mark: UnpreparedRecord, p: Plan, refused: bool) -> N
 
 def test_busy_device_is_refused_unless_shareable_or_admin_access() -> None:
     claims = {"x": held("x", "d0")}
-    busy = decide([plan("a", "d0")], claims)
+    busy = decided([plan("a", "d0")], claims)
     assert busy.refused["a"] == (
         "ResourceClaim ns/c-a: status.allocation.devices.results[0]: device p/d0 is still "
         "prepared for claim x; retry after it is unprepared")
-    assert "a" in decide([plan("a", "d0", shareable=True)], claims).started
-    assert "a" in decide([plan("a", "d0", admin=True)], claims).started
+    assert "a" in decided([plan("a", "d0", shareable=True)], claims).started
+    assert "a" in decided([plan("a", "d0", admin=True)], claims).started
     # A device held with adminAccess does not make it busy; a started record does.
-    assert "a" in decide([plan("a", "d0")], {"x": held("x", "d0", admin=True)}).started
+    assert "a" in decided([plan("a", "d0")], {"x": held("x", "d0", admin=True)}).started
     started = {"x": held("x", "d0", phase="PrepareStarted", owner=OTHER)}
-    assert "a" in decide([plan("a", "d0")], started, alive=frozenset({ME, OTHER})).refused
+    assert "a" in decided([plan("a", "d0")], started, dead=frozenset()).refused
 
 
 def test_claims_of_one_call_count_for_each_other() -> None:
-    got = decide([plan("a", "d0"), plan("b", "d0"), plan("c", "d1")])
+    got = decided([plan("a", "d0"), plan("b", "d0"), plan("c", "d1")])
     assert set(got.started) == {"a", "c"}
     assert "still prepared for claim a" in got.refused["b"]
 
 
-def test_admit_reads_only_and_record_writes_the_decision() -> None:
+def test_decide_reads_only_and_record_writes_the_decision() -> None:
     claims = {"x": held("x", "d9")}
     marks = {"a": UnpreparedRecord(fingerprint="old", at=NOW), "z": UnpreparedRecord(at=NOW)}
     before = (dict(claims), dict(marks))
-    got = decide([plan("a", "d0")], claims, marks)
+    got = decided([plan("a", "d0")], claims, marks)
     assert (claims, marks) == before
     state = CheckpointState(dict(claims), dict(marks))
     record(state, got)
@@ -147,7 +149,7 @@ def test_admit_reads_only_and_record_writes_the_decision() -> None:
     assert state.claims == {"x": claims["x"], "a": done} and "a" not in state.unprepared
 
 
-def test_admit_into_records_a_built_completed_record_only_when_the_claim_is_admitted() -> None:
+def test_admit_records_a_built_completed_record_only_when_the_claim_is_admitted() -> None:
     """The one-write path: the caller's PrepareCompleted record of an admitted claim is
     recorded instead of PrepareStarted; a refused claim's built record is not recorded."""
     busy = {"x": held("x", "d1")}
@@ -155,8 +157,7 @@ def test_admit_into_records_a_built_completed_record_only_when_the_claim_is_admi
     built = {uid: p.started(ME, NOW).model_copy(update={"phase": "PrepareCompleted"})
              for uid, p in (("a", a), ("b", b))}
     state = CheckpointState(dict(busy), {"a": UnpreparedRecord(at=NOW - 1)})
-    got = admit_into(state, [a, b, plan("c", "d2")], ME, lambda o: o == ME, NOW,
-                     prepared=built)
+    got = admit(state, [a, b, plan("c", "d2")], ME, frozenset(), NOW, completed_now=built)
     assert got.completed_now == {"a": built["a"]} and set(got.started) == {"c"}
     assert "still prepared for claim x" in got.refused["b"]
     assert state.claims == {"x": busy["x"], "a": built["a"], "c": got.started["c"]}
@@ -165,13 +166,13 @@ def test_admit_into_records_a_built_completed_record_only_when_the_claim_is_admi
 
 def test_complete_and_drop_recorded() -> None:
     done = held("a")
-    claims = {"a": held("a", phase="PrepareStarted"), "b": held("b", phase="PrepareStarted"),
-              "c": held("c")}
-    complete(claims, {"a": done}, ["b"], ME)
-    assert claims == {"a": done, "c": held("c")}
+    state = CheckpointState({"a": held("a", phase="PrepareStarted"),
+                             "b": held("b", phase="PrepareStarted"), "c": held("c")})
+    complete(state, {"a": done}, ["b"], ME)
+    assert state.claims == {"a": done, "c": held("c")}
     # only a record still as the caller wrote it is dropped
-    drop_recorded(claims, {"a": done, "c": held("c", "d7")})
-    assert claims == {"c": held("c")}
+    drop_recorded(state, {"a": done, "c": held("c", "d7")})
+    assert state.claims == {"c": held("c")}
 
 
 def test_release_drops_the_records_and_leaves_marks() -> None:
@@ -192,10 +193,30 @@ def test_release_drops_the_records_and_leaves_marks() -> None:
 
 
 def test_drop_started_drops_only_this_owners_started_records() -> None:
-    claims = {"a": held("a", phase="PrepareStarted"), "b": held("b"),
-              "c": held("c", phase="PrepareStarted", owner=OTHER)}
-    drop_started(claims, ["a", "b", "c", "missing"], ME)
-    assert set(claims) == {"b", "c"}
+    state = CheckpointState({"a": held("a", phase="PrepareStarted"), "b": held("b"),
+                             "c": held("c", phase="PrepareStarted", owner=OTHER)})
+    drop_started(state, ["a", "b", "c", "missing"], ME)
+    assert set(state.claims) == {"b", "c"}
+
+
+def test_adopt_takes_only_started_records_of_owners_known_gone() -> None:
+    gone, live = "gone000000000000", OTHER
+    state = CheckpointState({
+        "a": held("a", phase="PrepareStarted", owner=gone),
+        "b": held("b", phase="PrepareStarted", owner=live),
+        "c": held("c", owner=gone),  # completed: nothing to roll back
+        "d": held("d", phase="PrepareStarted", owner=ME)})
+    got = adopt(state, ["a", "b", "c", "d", "missing"], ME, frozenset({gone}))
+    assert [r.uid for r in got] == ["a"] and state.claims["a"].owner == ME
+    assert state.claims["b"].owner == live and state.claims["c"].owner == gone
+
+
+def test_settle_clears_only_what_the_server_holds() -> None:
+    rec = held("a", "d0").model_copy(update={"status_owed": True, "prepared_at": 2.0})
+    state = CheckpointState({"a": rec}, {"m": UnpreparedRecord(at=NOW, status_owed=True)})
+    assert settle(state, {"a": 1.0}, []) is False  # a newer prepare keeps its own flag
+    assert settle(state, {"a": 2.0}, ["m"]) is True
+    assert not state.claims["a"].status_owed and not state.unprepared["m"].status_owed
 
 
 def test_device_holders_follow_a_changing_map_like_a_fresh_walk() -> None:
@@ -220,5 +241,5 @@ def test_any_other_holder_makes_a_device_busy() -> None:
     """Two records hold d0 (a state no admission makes, e.g. a hand-edited checkpoint): a
     claim that is one of them is still refused for the other."""
     claims = {"a": held("a", "d0", phase="PrepareStarted"), "b": held("b", "d0")}
-    got = decide([plan("a", "d0")], claims)
+    got = decided([plan("a", "d0")], claims)
     assert "still prepared for claim b" in got.refused["a"]

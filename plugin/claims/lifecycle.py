@@ -1,16 +1,52 @@
-"""Admission of claims to prepare, and the other transitions of a claim's checkpoint record.
+"""A claim's life in the checkpoint: every transition of its record, as plain functions of
+the checkpoint's content and one event. The checkpoint runs them as its changes
+(:meth:`drakit.plugin.claims.checkpoint.Checkpoint.change`, under its locks); none does
+I/O: what a rule needs from outside (the time, the owners whose process is gone, the
+records the caller built) is read before and passed in. The side effects (vendor hooks, CDI
+specs, AllocatedDeviceStatus) run outside the lock, before or after the transition, in
+:mod:`drakit.plugin.claims.prepare`, :mod:`drakit.plugin.claims.unprepare` and
+:mod:`drakit.plugin.claims.recovery`.
 
-:func:`admit` is a pure function of the checkpoint's content, the plans of one kubelet call
-and the liveness of checkpoint owners; :func:`admit_into` runs it as a checkpoint change
-(under the file lock) and records the admitted claims in the same write. The other
-transitions are plain functions the checkpoint runs as changes too: :func:`complete` (the
-``PrepareStarted`` claims' hooks ran), :func:`drop_recorded` (a record whose CDI spec could
-not be written), :func:`drop_started` (a prepare that failed or was rolled back) and
-:func:`release` (unprepare). None of them does I/O: the CDI specs and the hooks run outside
-the lock (:mod:`drakit.plugin.claims.prepare`, :mod:`drakit.plugin.claims.unprepare`).
+Phases of a claim UID: none, ``PrepareStarted`` (recorded before any vendor hook that
+changes the node runs, with the instance that runs it as ``owner``), ``PrepareCompleted``,
+and the ``unprepared`` mark a released claim leaves for a while.
 
-Rules (the kubelet's DRA manager, k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go), per
-claim, in order:
+==================  ==================  ====================  ============================
+phase               event               next phase            effects (outside the lock)
+==================  ==================  ====================  ============================
+none or mark        ``admit``           PrepareStarted        then the hooks and the CDI
+                                        (owner: this          spec, then ``complete``
+                                        instance)
+none or mark        ``admit`` with the  PrepareCompleted      the hooks (changing nothing)
+                    record built from   (status owed)         ran before; the CDI spec is
+                    the hooks' outputs                        written after
+PrepareCompleted    ``admit``           unchanged             answered from the record
+                                                              (spec re-written if missing)
+PrepareStarted of   ``admit``           unchanged             refused: retryable error
+a live owner
+PrepareStarted      ``complete``        PrepareCompleted      AllocatedDeviceStatus queued
+(this owner)                            (status owed)
+PrepareStarted      ``drop_started``    none                  its devices were rolled back
+(this owner)                                                  before
+PrepareCompleted    ``drop_recorded``   none                  its CDI spec could not be
+(just recorded)                                               written: rolled back after
+PrepareStarted of   ``adopt``           PrepareStarted        rolled back, then
+a gone owner                            (owner: this          ``drop_started``
+                                        instance)
+any record          ``release``         mark (status removal  hooks run and CDI spec
+                                        owed if it was        removed before; the status
+                                        PrepareCompleted)     removal queued after
+none                ``release``         mark, no fingerprint  any CDI spec removed before
+PrepareCompleted,   ``settle``          status no longer      the status writer's apply
+status owed                             owed                  held
+mark, status owed   ``settle``          status no longer      the removal held
+                                        owed
+==================  ==================  ====================  ============================
+
+Every admitted claim's ``unprepared`` mark is cleared in the same write.
+
+Admission rules (the kubelet's DRA manager, k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go),
+per claim, in order:
 
 - Already ``PrepareCompleted``: answered from its record (nothing runs again).
 - Another live instance's ``PrepareStarted`` (rolling update): refused with a retryable error.
@@ -26,15 +62,17 @@ claim, in order:
   refused with a retryable error unless the device allows multiple allocations or the new
   result has adminAccess. Claims admitted earlier in the same call count as recorded.
 
-An admitted claim's record is its plan's ``PrepareStarted`` record; recording it clears the
-claim's ``unprepared`` mark.
+Owner liveness is data: ``dead`` is the set of owners whose owner lock was found free
+before the change (:meth:`drakit.plugin.claims.checkpoint.Checkpoint.dead_owners`). An
+owner not in it counts as alive, so a record that appeared since is refused for a retry,
+never taken over.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from drakit.plugin.claims.checkpoint import (
@@ -141,17 +179,17 @@ def _held_by(rec: ClaimRecord) -> list[tuple[str, str]]:
     return [(d.pool, d.device) for d in rec.devices if not d.admin_access]
 
 
-def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, UnpreparedRecord],
-          plans: Iterable[Plan], owner: str, owner_alive: Callable[[str | None], bool],
-          now: float, holders: DeviceHolders | None = None,
-          prepared: Mapping[str, ClaimRecord] | None = None) -> Admission:
+def decide(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, UnpreparedRecord],
+           plans: Iterable[Plan], owner: str, dead: Collection[str], now: float,
+           holders: DeviceHolders | None = None,
+           completed_now: Mapping[str, ClaimRecord] | None = None) -> Admission:
     """Decide each plan against the checkpoint content (``claims``, ``unprepared``) for
-    this instance ``owner`` (see the module docstring). ``owner_alive(owner)`` tells a
-    live instance from a crashed one; ``now`` (seconds since the epoch) stamps the
-    records. ``holders`` (the caller's :class:`DeviceHolders`) saves building the device
-    holders from every record. ``prepared``: claim UID → the ``PrepareCompleted`` record
-    the caller built for the claim, recorded instead of ``PrepareStarted`` when it is
-    admitted. Reads its arguments only (and updates ``holders``)."""
+    this instance ``owner`` (see the module docstring); ``dead``: the owners known gone;
+    ``now`` (seconds since the epoch) stamps the records. ``holders`` (the caller's
+    :class:`DeviceHolders`) saves building the device holders from every record.
+    ``completed_now``: claim UID → the ``PrepareCompleted`` record the caller built for the
+    claim, recorded instead of ``PrepareStarted`` when it is admitted. Reads its arguments
+    only (and updates ``holders``)."""
     out = Admission()
     held = holders.of(claims) if holders is not None else device_holders(claims)
     this_call: dict[tuple[str, str], str] = {}  # devices of the claims admitted so far
@@ -161,14 +199,14 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
         if existing is not None and existing.phase == "PrepareCompleted":
             out.already_completed[uid] = existing
             continue
-        if existing is not None and held_elsewhere(existing, owner, owner_alive):
+        if existing is not None and held_elsewhere(existing, owner, dead):
             out.refused[uid] = held_elsewhere_error(p.name, existing)
             continue
         error = _stale(p, unprepared.get(uid), now) or _device_busy(p, held, this_call)
         if error:
             out.refused[uid] = error
             continue
-        done = prepared.get(uid) if prepared else None
+        done = completed_now.get(uid) if completed_now else None
         if done is not None:
             out.completed_now[uid] = done
         else:
@@ -179,12 +217,16 @@ def admit(claims: Mapping[str, ClaimRecord], unprepared: Mapping[str, Unprepared
     return out
 
 
-def held_elsewhere(rec: ClaimRecord, owner: str,
-                   owner_alive: Callable[[str | None], bool]) -> bool:
+def owner_gone(rec: ClaimRecord, dead: Collection[str]) -> bool:
+    """True when the instance that recorded ``rec`` is gone: no owner, or one of ``dead``."""
+    return rec.owner is None or rec.owner in dead
+
+
+def held_elsewhere(rec: ClaimRecord, owner: str, dead: Collection[str]) -> bool:
     """True when ``rec`` is being prepared by another live instance of this plugin (a
-    ``PrepareStarted`` record of another owner whose owner lock is held): neither a prepare
-    nor an unprepare may touch it here."""
-    return rec.phase == "PrepareStarted" and rec.owner != owner and owner_alive(rec.owner)
+    ``PrepareStarted`` record of another owner not known gone): neither a prepare nor an
+    unprepare may touch it here."""
+    return rec.phase == "PrepareStarted" and rec.owner != owner and not owner_gone(rec, dead)
 
 
 def held_elsewhere_error(what: str, rec: ClaimRecord) -> str:
@@ -200,44 +242,66 @@ def record(state: CheckpointState, admission: Admission) -> None:
         state.unprepared.pop(uid, None)
 
 
-def admit_into(state: CheckpointState, plans: Iterable[Plan], owner: str,
-               owner_alive: Callable[[str | None], bool], now: float,
-               holders: DeviceHolders | None = None,
-               prepared: Mapping[str, ClaimRecord] | None = None) -> Admission:
-    """The checkpoint change of one kubelet call's admission: :func:`admit` against
-    ``state``, then :func:`record` of the admitted claims into it."""
-    got = admit(state.claims, state.unprepared, plans, owner, owner_alive, now, holders,
-                prepared)
+def admit(state: CheckpointState, plans: Iterable[Plan], owner: str, dead: Collection[str],
+          now: float, holders: DeviceHolders | None = None,
+          completed_now: Mapping[str, ClaimRecord] | None = None) -> Admission:
+    """Admission of one kubelet call's claims: :func:`decide` against ``state``, then
+    :func:`record` of the admitted claims into it."""
+    got = decide(state.claims, state.unprepared, plans, owner, dead, now, holders,
+                 completed_now)
     record(state, got)
     return got
 
 
-def drop_recorded(claims: dict[str, ClaimRecord], records: Mapping[str, ClaimRecord]) -> None:
+def complete(state: CheckpointState, done: Mapping[str, ClaimRecord], failed: Iterable[str],
+             owner: str) -> None:
+    """A call's ``PrepareStarted`` claims ran their hooks: ``done`` (claim UID → its
+    ``PrepareCompleted`` record) recorded; the ``PrepareStarted`` records of ``failed``
+    that ``owner`` still holds dropped."""
+    state.claims.update(done)
+    drop_started(state, failed, owner)
+
+
+def drop_started(state: CheckpointState, uids: Iterable[str], owner: str) -> None:
+    """Drop the ``PrepareStarted`` records of ``uids`` that ``owner`` still holds (a
+    prepare that failed, a rollback that finished)."""
+    for uid in uids:
+        cur = state.claims.get(uid)
+        if cur is not None and cur.owner == owner and cur.phase == "PrepareStarted":
+            del state.claims[uid]
+
+
+def drop_recorded(state: CheckpointState, records: Mapping[str, ClaimRecord]) -> None:
     """Drop the records of ``records`` (claim UID → record) still recorded as they are (a
     claim whose CDI spec could not be written after its ``PrepareCompleted`` record)."""
     for uid, rec in records.items():
-        if claims.get(uid) == rec:
-            del claims[uid]
+        if state.claims.get(uid) == rec:
+            del state.claims[uid]
 
 
-def complete(claims: dict[str, ClaimRecord], done: Mapping[str, ClaimRecord],
-             failed: Iterable[str], owner: str) -> None:
-    """The checkpoint change after a call's ``PrepareStarted`` claims ran: ``done`` (claim
-    UID → its ``PrepareCompleted`` record) recorded; the ``PrepareStarted`` records of
-    ``failed`` that ``owner`` still holds dropped."""
-    claims.update(done)
-    drop_started(claims, failed, owner)
+def adopt(state: CheckpointState, uids: Iterable[str], owner: str,
+          dead: Collection[str]) -> list[ClaimRecord]:
+    """Make ``owner`` the owner of the ``PrepareStarted`` records of ``uids`` whose owner is
+    gone (``dead``), so it can roll them back; returns the adopted records."""
+    adopted = []
+    for uid in uids:
+        rec = state.claims.get(uid)
+        if (rec is not None and rec.phase == "PrepareStarted" and rec.owner != owner
+                and owner_gone(rec, dead)):
+            state.claims[uid] = rec.model_copy(update={"owner": owner})
+            adopted.append(state.claims[uid])
+    return adopted
 
 
 def release(state: CheckpointState, records: Mapping[str, ClaimRecord],
             unknown: Iterable[str], now: float, reservations: Mapping[str, str],
             owe_status: bool) -> None:
-    """The checkpoint change of an unprepare (:mod:`drakit.plugin.claims.unprepare`): the
-    ``records`` (claim UID → record, their CDI specs removed) dropped, each leaving an
-    ``unprepared`` mark (its allocation fingerprint, ``now``, the ``reservations`` digest
-    its last prepare read, and owing the removal of its AllocatedDeviceStatus entries when
-    ``owe_status`` and it was ``PrepareCompleted``); the ``unknown`` UIDs (no record) get a
-    mark without a fingerprint unless they have a record or mark by now."""
+    """An unprepare (:mod:`drakit.plugin.claims.unprepare`): the ``records`` (claim UID →
+    record, their CDI specs removed) dropped, each leaving an ``unprepared`` mark (its
+    allocation fingerprint, ``now``, the ``reservations`` digest its last prepare read, and
+    owing the removal of its AllocatedDeviceStatus entries when ``owe_status`` and it was
+    ``PrepareCompleted``); the ``unknown`` UIDs (no record) get a mark without a fingerprint
+    unless they have a record or mark by now."""
     for uid, rec in records.items():
         state.claims.pop(uid, None)
         state.unprepared[uid] = UnpreparedRecord(
@@ -250,13 +314,25 @@ def release(state: CheckpointState, records: Mapping[str, ClaimRecord],
                                                      reservations=reservations.get(uid))
 
 
-def drop_started(claims: dict[str, ClaimRecord], uids: Iterable[str], owner: str) -> None:
-    """Drop the ``PrepareStarted`` records of ``uids`` that ``owner`` still holds (a
-    prepare that failed, a rollback that finished)."""
-    for uid in uids:
-        cur = claims.get(uid)
-        if cur is not None and cur.owner == owner and cur.phase == "PrepareStarted":
-            del claims[uid]
+def settle(state: CheckpointState, applied: Mapping[str, float],
+           removed: Collection[str]) -> bool:
+    """The status writer's work held at the API server: the ``status_owed`` flags of
+    ``applied`` (claim UID → ``prepared_at`` of the record whose entries were applied: a
+    claim prepared again since keeps its own flag) and of the marks of ``removed`` (claim
+    UIDs whose entries are gone) cleared (:mod:`drakit.plugin.claims.owedstatus`). True
+    when something changed."""
+    changed = False
+    for uid, stamp in applied.items():
+        rec = state.claims.get(uid)
+        if rec is not None and rec.status_owed and rec.prepared_at == stamp:
+            state.claims[uid] = rec.model_copy(update={"status_owed": False})
+            changed = True
+    for uid in removed:
+        mark = state.unprepared.get(uid)
+        if mark is not None and mark.status_owed and uid not in state.claims:
+            state.unprepared[uid] = mark.model_copy(update={"status_owed": False})
+            changed = True
+    return changed
 
 
 def _stale(p: Plan, mark: UnpreparedRecord | None, now: float) -> str:
