@@ -2,8 +2,9 @@
 claim asks for a partition profile drakit's example devices do not have) stays Pending with
 the scheduler's "cannot allocate all claims"; explain, against the real control plane and the
 slices the running drakit published, exits 1 and names the selector that rules each device
-out. A claim that fits is explained as allocatable, with the devices the scheduler then
-really allocates to its pod."""
+out, and ``--pod`` alone prints the scheduler's "0/N nodes are available" line. A claim that
+fits is explained as allocatable, with the devices the scheduler then really allocates to its
+pod."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ def test_pending_pod_explained(node: RealNode, drakit: DrakitProcess, tmp_path: 
     assert "NOT ALLOCATABLE" in out
     assert "request mig needs 1 device(s), 0 match" in out
     assert "/mig-gpu-0-4g-40gb-0: selector: request selector #0 is false" in out
+    # the pod across the cluster: the scheduler's own line, then the node's full answer
+    assert main(["explain", "--kubeconfig", kc, "--pod", f"{ns}/pending", "-o", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert message.split(" preemption:")[0] == doc["summary"], (message, doc["summary"])
+    assert doc["only_node"]["node"] == node.node_name
     node.delete_pod(ns, "pending")
 
     # a claim that fits: explain's choice is the scheduler's
