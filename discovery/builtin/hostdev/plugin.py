@@ -31,6 +31,7 @@ import glob
 import logging
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -212,11 +213,12 @@ class HostdevDiscovery(DiscoveryPlugin):
                 raw.extend(self._devices_of(spec, rules, entries))
             except Exception:  # one odd rule or device never stops discovery
                 _log.exception("hostdev: rule %s failed; its devices are left out", spec.name)
-        labels = dns_labels(name for name, _s, _h in raw)
+        keys = _distinct_keys(raw)
+        labels = dns_labels(keys)
         devices: list[Device] = []
         found: dict[str, Found] = {}
-        for name, spec, hits in raw:
-            label = labels[name]
+        for key, (_name, spec, hits) in zip(keys, raw, strict=True):
+            label = labels[key]
             try:
                 device, record = self._device(label, spec, hits)
             except Exception:
@@ -257,8 +259,8 @@ class HostdevDiscovery(DiscoveryPlugin):
         for ident, hits in named:
             if counts[ident] > 1:  # two devices with one identity: the kernel name tells
                 ident += "-" + os.path.basename(hits[0].host_path)
-            full = spec.name if ident == spec.name else f"{spec.name}-{ident}"
-            out.append((_clean(full), spec, hits))
+            out.append((spec.name if ident == spec.name else f"{spec.name}-{ident}", spec,
+                        hits))
         return out
 
     def _device(self, name: str, spec: RuleSpec, hits: list[_Hit]) -> tuple[Device, Found]:
@@ -329,6 +331,22 @@ class HostdevDiscovery(DiscoveryPlugin):
                   for m in spec.mounts]
         return PreparedDevice(edits=ContainerEdits(env=env, device_nodes=nodes,
                                                    mounts=mounts or None))
+
+
+def _distinct_keys(raw: list[tuple[str, RuleSpec, list[_Hit]]]) -> list[str]:
+    """One name per device of ``raw`` (``<rule>-<identity>``), distinct, for
+    :func:`~drakit.discovery.names.dns_labels`: the :func:`_clean` name where no other
+    device cleans to it; else the name as it is (identities equal but for case or
+    punctuation, ``AB`` and ``ab``: ``dns_labels`` gives each its own hash suffix); else,
+    for names equal as they are (rule ``a`` identity ``b-c`` and rule ``a-b`` identity
+    ``c``), the rule and the primary node's path added. Independent of the order."""
+    cleaned = [_clean(name) for name, _s, _h in raw]
+    clean_count = Counter(cleaned)
+    keys = [clean if clean_count[clean] == 1 else name
+            for clean, (name, _s, _h) in zip(cleaned, raw, strict=True)]
+    key_count = Counter(keys)
+    return [key if key_count[key] == 1 else f"{key}@{spec.name}:{hits[0].host_path}"
+            for key, (_n, spec, hits) in zip(keys, raw, strict=True)]
 
 
 def _clean(name: str) -> str:

@@ -1,0 +1,98 @@
+"""The hostdev discoverer at its edges: identities that clean to one name, options that
+would reach past what a rule may touch (the whole /dev, files outside a device directory),
+values YAML turns into something else than the operator meant.
+
+USB devices use a synthetic sysfs tree with real device nodes made by ``mknod`` in a
+temporary dev root (root needed).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drakit.discovery import DiscoveryContext, SysfsBuilder
+from drakit.discovery.builtin.hostdev import HostdevDiscovery
+from drakit.discovery.model import Device
+from drakit.discovery.plugin import ClaimRef, DeviceRequest
+
+DRIVER = "hostdev.drakit.dev"
+NODE = "node-1"
+XHCI = "devices/pci0000:00/0000:00:14.0"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+
+
+def plugin(options: dict[str, Any], sysfs_root: Path, dev_root: Path) -> HostdevDiscovery:
+    return HostdevDiscovery(DiscoveryContext(
+        driver_name=DRIVER, node_name=NODE, sysfs_root=sysfs_root, dev_root=dev_root,
+        options=options, plugin_name="hostdev"))
+
+
+def request(device: Device) -> DeviceRequest:
+    return DeviceRequest(claim=ClaimRef(uid="uid-1", namespace="default", name="c"),
+                         request="r", pool=NODE, device=device)
+
+
+def ftdi_adapters(tmp_path: Path, serials: list[str]) -> tuple[SysfsBuilder, Path]:
+    """FTDI adapters on USB ports 1-1, 1-2 … with the given serials, as ttyUSB0, ttyUSB1 …"""
+    tree, dev = SysfsBuilder(tmp_path / "sys"), tmp_path / "dev"
+    dev.mkdir()
+    tree.device(XHCI, subsystem="pci", driver="xhci_hcd",
+                attrs={"vendor": "0x8086\n", "device": "0xa36d\n"})
+    tree.device(f"{XHCI}/usb1", subsystem="usb", driver="usb",
+                attrs={"idVendor": "1d6b\n", "idProduct": "0002\n"})
+    for i, serial in enumerate(serials):
+        port, tty = f"1-{i + 1}", f"ttyUSB{i}"
+        usb = f"{XHCI}/usb1/{port}"
+        tree.device(usb, subsystem="usb", driver="usb", attrs={
+            "idVendor": "0403\n", "idProduct": "6001\n", "serial": serial + "\n"})
+        tree.device(f"{usb}/{port}:1.0", subsystem="usb", driver="ftdi_sio",
+                    attrs={"bInterfaceNumber": "00\n"})
+        tree.device(f"{usb}/{port}:1.0/{tty}/tty/{tty}", subsystem="tty",
+                    uevent={"DEVNAME": tty}, node=("char", 188, i))
+        os.mknod(dev / tty, 0o600 | stat.S_IFCHR, os.makedev(188, i))
+    return tree, dev
+
+
+@root_only
+def test_serials_equal_but_for_case_are_two_devices_each_prepared_with_its_node(
+        tmp_path: Path) -> None:
+    # device names are lower case: "AB" and "ab" clean to the same name
+    tree, dev = ftdi_adapters(tmp_path, ["AB", "ab", "A_B"])
+    p = plugin({"rules": [{"name": "serial", "match": 'SUBSYSTEM=="tty", '
+                           'ATTRS{idVendor}=="0403"'}]}, tree.root, dev)
+    [pool] = p.discover()
+    names = [d.name for d in pool.devices]
+    assert len(names) == len(set(names)) == 3, names
+    for device in pool.devices:
+        serial = device.attributes["serial"].value()
+        [node] = p.prepare(request(device)).edits.device_nodes or []
+        assert node.host_path == device.attributes["devNode"].value(), (serial, node)
+        assert (node.major, node.minor) == (188, device.attributes["minor"].value())
+    # the names do not depend on the order of the ports
+    tree2, dev2 = ftdi_adapters(tmp_path / "again", ["A_B", "ab", "AB"])
+    [pool2] = plugin({"rules": [{"name": "serial", "match": 'SUBSYSTEM=="tty", '
+                                 'ATTRS{idVendor}=="0403"'}]}, tree2.root, dev2).discover()
+    by_serial = {d.attributes["serial"].value(): d.name for d in pool.devices}
+    assert {d.attributes["serial"].value(): d.name for d in pool2.devices} == by_serial
+
+
+@root_only
+def test_names_of_two_rules_that_meet_stay_apart(tmp_path: Path) -> None:
+    # rule x, node /dev/y-z and rule x-y, node /dev/z: both are x-y-z as they are
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    dev.mkdir()
+    sysfs.mkdir()
+    for name, minor in (("y-z", 1), ("z", 2)):
+        os.mknod(dev / name, 0o600 | stat.S_IFCHR, os.makedev(240, minor))
+    p = plugin({"rules": [{"name": "x", "match": "/dev/y-z"},
+                          {"name": "x-y", "match": "/dev/z"}]}, sysfs, dev)
+    [pool] = p.discover()
+    assert len({d.name for d in pool.devices}) == 2
+    for device in pool.devices:
+        [node] = p.prepare(request(device)).edits.device_nodes or []
+        assert node.host_path == device.attributes["devNode"].value()
