@@ -17,6 +17,7 @@ import pytest
 
 from drakit.discovery import DiscoveryContext, SysfsBuilder
 from drakit.discovery.builtin.hostdev import HostdevDiscovery
+from drakit.discovery.loader import PluginLoadError, load_plugins
 from drakit.discovery.model import Device
 from drakit.discovery.plugin import ClaimRef, DeviceRequest
 
@@ -96,3 +97,49 @@ def test_names_of_two_rules_that_meet_stay_apart(tmp_path: Path) -> None:
     for device in pool.devices:
         [node] = p.prepare(request(device)).edits.device_nodes or []
         assert node.host_path == device.attributes["devNode"].value()
+
+
+def load(options: dict[str, Any]) -> None:
+    load_plugins(["hostdev"], lambda name: DiscoveryContext(
+        driver_name=DRIVER, node_name=NODE, options=options))
+
+
+def one_rule(**fields: Any) -> dict[str, Any]:
+    return {"rules": [{"name": "a", "match": "/dev/kvm", **fields}]}
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    # the whole /dev, / or /sys through a second leading slash (POSIX keeps '//')
+    (one_rule(mounts=[{"hostPath": "//dev", "containerPath": "/host-dev"}]),
+     r"rules.0.mounts.0.hostPath: '//dev': hostdev never mounts /, /dev"),
+    (one_rule(mounts=[{"hostPath": "//", "containerPath": "/host"}]), r"never mounts /,"),
+    (one_rule(mounts=[{"hostPath": "//sys/kernel", "containerPath": "/k"}]), r"never mounts"),
+    (one_rule(mounts=[{"hostPath": "/run/x", "containerPath": "//dev"}]),
+     r"mounts.0.containerPath: .*never mounts"),
+    # YAML's `sharing: true` is not one slot
+    (one_rule(sharing=True), r"rules.0.sharing: .*exclusive, shared or a number of slots"),
+    (one_rule(sharing=False), r"rules.0.sharing: .*exclusive, shared or a number of slots"),
+    # a node at / cannot be made
+    (one_rule(containerPath="/"), r"rules.0.containerPath: .*names no file"),
+    (one_rule(containerPath="//"), r"rules.0.containerPath: .*names no file"),
+    # `fileMode: 660` in YAML is decimal 660 = 0o1224: not what was meant
+    (one_rule(fileMode=660), r"rules.0.fileMode: .*0o777.*octal string such as '0660'"),
+    # ATTR{/etc/passwd} would read a file outside the device's directory
+    ({"rules": [{"name": "a", "match": 'ATTR{/etc/passwd}=="x"'}]},
+     r"match\[0\]: column 6: ATTR\{…\} needs a name below the device"),
+    # not an assignment: an operator udev does not have
+    ({"rules": [{"name": "a", "match": 'KERNEL=~"kvm"'}]},
+     r"match\[0\]: column 7: expected == or !="),
+])
+def test_options_that_reach_too_far_or_mean_otherwise_are_refused(
+        options: dict[str, Any], message: str) -> None:
+    with pytest.raises(PluginLoadError, match=message):
+        load(options)
+
+
+def test_paths_that_only_begin_like_a_refused_one_are_allowed() -> None:
+    load(one_rule(mounts=[{"hostPath": "/sysroot/etc", "containerPath": "/procfs-copy"},
+                          {"hostPath": "/devices.d", "containerPath": "/devices.d"}],
+                  fileMode="0660", containerPath="/dev/vm/{kernel}"))
+    load(one_rule(sharing=1))
+    load(one_rule(fileMode=0o660))

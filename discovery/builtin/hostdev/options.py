@@ -51,10 +51,10 @@ class _Strict(BaseModel):
 
 
 def _absolute(path: str, what: str) -> str:
-    norm = os.path.normpath(path)
+    """``path`` normalised, with one leading ``/`` (POSIX keeps ``//dev`` as it is)."""
     if not path.startswith("/") or "\x00" in path or ".." in path.split("/"):
         raise ValueError(f"{what} must be an absolute path without '..': {path!r}")
-    return norm
+    return "/" + os.path.normpath(path).lstrip("/")
 
 
 class HostMount(_Strict):
@@ -69,7 +69,7 @@ class HostMount(_Strict):
     @classmethod
     def _path(cls, v: str) -> str:
         norm = _absolute(v, "a mount path")
-        if norm in ("/", "/dev") or norm.startswith(("/dev/", "/sys", "/proc")):
+        if norm == "/" or norm.split("/")[1] in ("dev", "sys", "proc"):
             raise ValueError(f"{v!r}: hostdev never mounts /, /dev, /sys, /proc or a part "
                              "of them (device nodes go in one by one)")
         return norm
@@ -116,6 +116,13 @@ class RuleSpec(_Strict):
                 raise ValueError(f"match[{i}]: a path glob is below /dev: {text!r}")
         return v
 
+    @field_validator("sharing", mode="before")
+    @classmethod
+    def _not_a_bool(cls, v: object) -> object:
+        if isinstance(v, bool):   # YAML's true/yes: an int to pydantic, one slot
+            raise ValueError(f"sharing is exclusive, shared or a number of slots, not {v}")
+        return v
+
     @field_validator("sharing")
     @classmethod
     def _slots(cls, v: str | int) -> str | int:
@@ -149,7 +156,8 @@ class RuleSpec(_Strict):
         if "{" in plain or "}" in plain:
             raise ValueError(f"containerPath {v!r}: the placeholders are {{devname}} and "
                              "{kernel}")
-        _absolute(plain, "containerPath")
+        if _absolute(plain, "containerPath") == "/":
+            raise ValueError(f"containerPath {v!r} names no file")
         return v
 
     @field_validator("file_mode", mode="before")
@@ -160,8 +168,9 @@ class RuleSpec(_Strict):
                 v = int(v, 8)
             except ValueError:
                 raise ValueError(f"fileMode is an octal string such as '0660': {v!r}") from None
-        if isinstance(v, int) and not 0 <= v <= 0o7777:
-            raise ValueError(f"fileMode is permission bits 0 to 0o7777, not {v!r}")
+        if isinstance(v, int) and not 0 <= v <= 0o777:
+            raise ValueError(f"fileMode is permission bits 0 to 0o777, not {v!r} (0o{v:o}): "
+                             "write it as an octal string such as '0660'")
         return v
 
     @field_validator("env")

@@ -209,9 +209,11 @@ def parse_rule(text: str) -> Rule:
             arg_m = _ARG_RE.fullmatch(text, pos + 1, end) if end > 0 else None
             if key not in _ARG_KEYS:
                 raise RuleSyntaxError(text, pos + 1, f"{key} takes no {{…}} argument")
-            if arg_m is None or ".." in arg_m.group().split("/"):
-                raise RuleSyntaxError(text, pos + 2, f"{key}{{…}} needs a name (letters, "
-                                      "digits, '_', '.', '/', ':', '-'; no '..') and a '}'")
+            if arg_m is None or ".." in arg_m.group().split("/") or \
+                    arg_m.group().startswith("/"):
+                raise RuleSyntaxError(text, pos + 2, f"{key}{{…}} needs a name below the "
+                                      "device (letters, digits, '_', '.', '/', ':', '-'; no "
+                                      "leading '/', no '..') and a '}'")
             arg = arg_m.group()
             pos = end + 1
         elif key in _ARG_KEYS:
@@ -220,7 +222,8 @@ def parse_rule(text: str) -> Rule:
             pos += 1
         op = text[pos:pos + 2]
         if op not in ("==", "!="):
-            assign = next((a for a in ASSIGN_OPERATORS if text.startswith(a, pos)), None)
+            assign = next((a for a in ASSIGN_OPERATORS if text.startswith(a, pos)
+                           and text[pos + len(a):].lstrip(" ").startswith('"')), None)
             if assign is not None:
                 raise RuleSyntaxError(text, pos + 1, f"assignment {key}{assign} is not "
                                       "supported: hostdev rules only match (== or !=)")
