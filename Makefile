@@ -4,7 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin docs wheel
+.PHONY: install run test test-fast test-floor lint proto proto-check bench bench-scale clean k8s-bin docs wheel \
+        chaos
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +104,19 @@ bench: install
 bench-scale: install
 	$(MAKE) k8s-bin K8S_COMPONENTS="kube-apiserver etcd"
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
+
+## chaos: the chaos run on a real node (tests/chaos/driver.py; root): CHAOS_DURATION seconds of
+## faults (default 180; the long run is 1800), seed CHAOS_SEED (default: from the clock; printed
+## first). A failure prints the seed, the nemesis' schedule and each broken invariant, and keeps
+## the component logs in CHAOS_ARTIFACTS; CHAOS_LOG also appends the run's lines to a file.
+CHAOS_DURATION ?= 180
+CHAOS_SEED ?=
+CHAOS_ARTIFACTS ?= /tmp/drakit-chaos-artifacts
+CHAOS_LOG ?=
+chaos: install k8s-bin
+	PYTHONPATH=tests $(PY) -m chaos.driver --duration $(CHAOS_DURATION) \
+	  $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(if $(CHAOS_LOG),--log $(CHAOS_LOG)) \
+	  --artifacts $(CHAOS_ARTIFACTS)
 
 clean:
 	rm -rf $(VENV) .venv-floor .venv-bench .pytest_cache .mypy_cache .ruff_cache site dist build

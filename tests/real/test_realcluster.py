@@ -21,6 +21,7 @@ from drakit.plugin.testing.real.controlplane import (
     RealAPIServer,
     start_real_apiserver,
 )
+from drakit.plugin.testing.real.process import RealClusterError, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -120,3 +121,29 @@ def _alive(pid: int) -> bool:
     # a zombie (exited, not yet reaped) is not alive
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def test_killed_components_come_back_on_their_ports_with_their_data(tmp_path: Path) -> None:
+    """SIGKILL of kube-apiserver, then of etcd: each started again by restart_component
+    answers on the same URL (clients keep their kubeconfigs) and etcd kept its data."""
+    if find_k8s_bin_dir() is None:
+        pytest.skip("real kube-apiserver/etcd not found (scripts/build-k8s.sh builds them into "
+                    "~/.cache/drakit; or set DRAKIT_K8S_BIN)")
+    with start_real_apiserver(tmp_path / "cp") as server:
+        server.ensure_namespace("kept")
+        url, etcd_url = server.url, server.etcd_url
+        for component in ("kube-apiserver", "etcd"):
+            server.kill_component(component)
+            assert not server.component_alive(component)
+            assert server.restart_component(component, timeout=90) < 90
+            assert server.component_alive(component)
+            assert (server.url, server.etcd_url) == (url, etcd_url)
+
+            def kept() -> bool:
+                try:
+                    return server.get_object("namespaces", "kept") is not None
+                except (ApiError, OSError):
+                    return False
+            wait_until(kept, 60, f"namespace kept readable after {component} came back")
+        with pytest.raises(RealClusterError, match="kube-scheduler is not a started"):
+            server.kill_component("kube-scheduler")

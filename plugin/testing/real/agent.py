@@ -68,6 +68,12 @@ class DrakitProcess:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.alive()
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status of its last run (negative: the signal that ended it), None while
+        it runs or before it started."""
+        return self._proc.popen.poll() if self._proc is not None else None
+
     def readyz(self) -> tuple[int, str]:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz",

@@ -323,6 +323,42 @@ class RealAPIServer:
         return tuple(v for v in _RESOURCE_GROUP_VERSIONS
                      if self.runtime_config.get(f"resource.k8s.io/{v}", v == "v1"))
 
+    def _process(self, component: str) -> ChildProcess:
+        proc = {"etcd": self._etcd, "kube-apiserver": self._apiserver}.get(component)
+        if proc is None:
+            raise RealClusterError(f"{component} is not a started component of this control "
+                                   f"plane (etcd, kube-apiserver)")
+        return proc
+
+    def component_alive(self, component: str) -> bool:
+        """Whether ``etcd`` or ``kube-apiserver`` runs."""
+        return self._process(component).alive()
+
+    def kill_component(self, component: str) -> None:
+        """SIGKILL ``etcd`` or ``kube-apiserver`` (no clean-up, as a crash); nothing else is
+        told. :meth:`restart_component` starts it again."""
+        self._process(component).kill()
+
+    def restart_component(self, component: str, timeout: float = 60.0) -> float:
+        """Start ``etcd`` or ``kube-apiserver`` again with the command line it had (same
+        ports, so every client's URL stays valid; etcd's data dir kept), after it was killed
+        or stopped; a running one is stopped first (SIGTERM). Returns the seconds until
+        etcd's /health or kube-apiserver's /readyz answer 200. Raises RealClusterError
+        (with the log tail) when it exits or is not ready in ``timeout`` seconds."""
+        old = self._process(component)
+        old.stop()
+        proc = ChildProcess(old.name, old.cmd, old.log_path)
+        if component == "etcd":
+            self._etcd = proc
+            url, tls = f"{self.etcd_url}/health", False
+        else:
+            self._apiserver = proc
+            url, tls = f"{self.url}/readyz", True
+        t0 = time.monotonic()
+        if not self._wait_http(url, proc, t0 + timeout, tls=tls):
+            raise RealClusterError(f"{component} did not come back:\n{proc.tail()}")
+        return time.monotonic() - t0
+
     def logs(self, component: str = "kube-apiserver", lines: int = 50) -> str:
         """The tail of a component's log (kube-apiserver, etcd, kube-scheduler)."""
         proc = {"kube-apiserver": self._apiserver, "etcd": self._etcd,

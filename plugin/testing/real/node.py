@@ -204,7 +204,7 @@ class RealNode:
         self.ctr, self.import_images = self.containerd.ctr, self.containerd.import_images
         self.kubelet = kubelet = NodeKubelet(layout)
         self.start_kubelet, self.stop_kubelet = kubelet.start_kubelet, kubelet.stop_kubelet
-        self.restart_kubelet, self.kubelet_alive = kubelet.restart_kubelet, kubelet.kubelet_alive
+        self.restart_kubelet = kubelet.restart_kubelet
         self.wait_node_ready = kubelet.wait_node_ready
         self.pods = pods = NodePods(layout)
         self.apply, self.pod, self.delete_pod = pods.apply, pods.pod, pods.delete_pod
@@ -217,6 +217,11 @@ class RealNode:
         self._kcm: ChildProcess | None = None
         self._started = False
         self._drakits: list[DrakitProcess] = []
+
+    @property
+    def kubelet_alive(self) -> bool:
+        """Whether the kubelet runs now (its process, not the Node's condition)."""
+        return self.kubelet.kubelet_alive
 
     # ------------------------------------------------------------------ lifecycle
 
