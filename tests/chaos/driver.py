@@ -325,18 +325,25 @@ class ChaosRun:
         self._record(found)
         self._record(self._check_running(node, workload, views))
         self._record(self._check_running(node, workload, views))
-        for loop in fleet.crash_loops:
-            self._record([Violation("e", self.clock(), f"crash loop: {loop}")])
+        for at, loop in fleet.crash_loops:
+            if self._disk_full_at(at):
+                self.report.notes.append(f"crash loop while the disk was full: {loop}")
+            else:
+                self._record([Violation("e", at, f"crash loop: {loop}")])
         for ex in fleet.self_exits:
-            full = [f for f in self.faults if f.kind == "disk-full" and f.started is not None
-                    and f.started <= ex.at <= f.started + f.hold + DISK_FULL_GRACE]
-            if full:
+            if self._disk_full_at(ex.at):
                 self.report.notes.append(f"{ex.name} exited (rc {ex.returncode}) at "
                                          f"t={ex.at:.1f}s while its disk was full")
             else:
                 self._record([Violation("e", ex.at, f"{ex.name} exited by itself (rc "
                                                     f"{ex.returncode}); log tail:\n"
                                                     f"{ex.log_tail[-1500:]}")])
+
+    def _disk_full_at(self, at: float) -> bool:
+        """Whether ``at`` falls in a disk-full fault (or :data:`DISK_FULL_GRACE` after)."""
+        return any(f.kind == "disk-full" and f.started is not None
+                   and f.started <= at <= f.started + f.hold + DISK_FULL_GRACE
+                   for f in self.faults)
 
     # ------------------------------------------------------------------ figures
 

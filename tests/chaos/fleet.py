@@ -47,7 +47,8 @@ class DrakitFleet:
         self.instances: list[DrakitProcess] = []
         self.lock = threading.RLock()
         self.self_exits: list[SelfExit] = []
-        self.crash_loops: list[str] = []
+        #: (run clock, what) of each crash loop: CRASH_LOOP exits in a row, none ready between
+        self.crash_loops: list[tuple[float, str]] = []
         self.starts = 0
         self._serial = 0
         self._expected: set[int] = set()     # pids the fleet killed or stopped
@@ -163,8 +164,8 @@ class DrakitFleet:
                     self.log(f"fleet: {proc.name} exited by itself (rc {rc}); restart in "
                              f"{backoff:.0f}s; log tail:\n{proc.log(15)}")
                     if self._exits_in_row >= CRASH_LOOP:
-                        self.crash_loops.append(
-                            f"{proc.name}: {self._exits_in_row} exits in a row, last rc {rc}")
+                        self.crash_loops.append((now, f"{proc.name}: {self._exits_in_row} "
+                                                      f"exits in a row, last rc {rc}"))
                 if now >= self._restart_at.get(proc.name, float("inf")):
                     self._restart_at.pop(proc.name, None)
                     self._expected.discard(pid)
