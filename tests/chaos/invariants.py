@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drakit.allocator import quantity
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointState
+from drakit.plugin.slices import quantity
 from drakit.plugin.testing.apiserver.errors import ApiError
 from drakit.plugin.testing.real.node import RealNode
 from drakit.plugin.testing.real.process import RealClusterError
