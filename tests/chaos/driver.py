@@ -134,6 +134,9 @@ class ChaosRun:
         self._seen: set[str] = set()
         self._suspects: set[str] = set()
         self.checks = 0
+        #: containers judged by (a) from containerd's view, and the devices checked in them
+        self.containers_checked = 0
+        self.devices_checked = 0
         self.checkpoint_errors: list[str] = []
 
     # ------------------------------------------------------------------ plumbing
@@ -253,6 +256,10 @@ class ChaosRun:
             except (RealClusterError, subprocess.TimeoutExpired):
                 running = None
             if running is not None:
+                self.containers_checked += len(running)
+                self.devices_checked += sum(
+                    sum(1 for entry in c.env if entry.startswith("DRAKIT_DEVICE_"))
+                    for c in running)
                 found = check_containers(running, {p["metadata"]["name"]: p for p in pods},
                                          {c["metadata"]["name"]: c for c in claims}, DRIVER,
                                          now)
@@ -379,6 +386,8 @@ class ChaosRun:
         f["claims prepared (drakit's logs)"] = prepares
         f["claims unprepared (drakit's logs)"] = unprepares
         f["invariant checks during the run"] = self.checks
+        f["containers checked from containerd (device env entries)"] = (
+            f"{self.containers_checked} ({self.devices_checked})")
         f["checkpoint read errors"] = len(self.checkpoint_errors)
         f["API errors seen by the workload"] = workload.api_errors
         if waits:

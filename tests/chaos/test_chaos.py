@@ -32,3 +32,6 @@ def test_chaos_short_run(tmp_path: Path) -> None:
     assert not report, report.failure() + "\n" + report.summary()
     assert report.figures["pods started (Ready)"], report.summary()
     assert report.figures["faults run"], report.summary()
+    # the independent views were read: containerd showed containers with drakit's devices
+    assert not str(report.figures["containers checked from containerd (device env entries)"]
+                   ).startswith("0"), report.summary()
