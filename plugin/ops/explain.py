@@ -101,11 +101,40 @@ class _Inputs:
     nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _ns_name(text: str, what: str) -> tuple[str, str]:
+def _ns_name(text: str, what: str, namespace: str) -> tuple[str, str]:
+    """(namespace, name) of ``NAMESPACE/NAME``, or of ``NAME`` in ``namespace``."""
     ns, sep, name = text.rpartition("/")
     if not name:
         raise UsageError(f"{what} {text!r}: expected NAMESPACE/NAME")
-    return (ns if sep else "default"), name
+    return (ns if sep else namespace), name
+
+
+def default_kubeconfig() -> str | None:
+    """The kubeconfig kubectl would use: the first existing file of ``$KUBECONFIG`` (a list
+    separated by ``:``), else ``~/.kube/config`` when it exists; None (the in-cluster
+    config) otherwise."""
+    listed = [f for f in os.environ.get("KUBECONFIG", "").split(os.pathsep) if f]
+    for f in listed or [str(Path.home() / ".kube" / "config")]:
+        if Path(f).expanduser().is_file():
+            return str(Path(f).expanduser())
+    return listed[0] if listed else None
+
+
+def _context_namespace(kubeconfig: str | None) -> str:
+    """The namespace of the kubeconfig's current context (in a pod: the pod's own), else
+    ``default``."""
+    try:
+        if kubeconfig is None:
+            return Path(_SA_NAMESPACE).read_text().strip() or "default"
+        from kubernetes import config
+
+        _, current = config.list_kube_config_contexts(config_file=kubeconfig)
+        return str(((current or {}).get("context") or {}).get("namespace") or "default")
+    except Exception:  # no context, no file: NAMESPACE/NAME still works
+        return "default"
+
+
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -128,16 +157,20 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--classes-file", help="DeviceClasses from this file instead of the server")
     p.add_argument("--no-cluster-claims", action="store_true",
                    help="do not read the server's claims (no device is held by another claim)")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
-                   help="kubeconfig; in-cluster config when unset [KUBECONFIG]")
+    p.add_argument("-n", "--namespace", help="the namespace of a NAME given without one "
+                   "[the kubeconfig context's namespace, else default]")
+    p.add_argument("--kubeconfig", default=default_kubeconfig(),
+                   help="kubeconfig [the first file of KUBECONFIG, else ~/.kube/config, else "
+                   "the in-cluster config]")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return p
 
 
-def _pod_claims(cluster: _Cluster, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _pod_claims(cluster: _Cluster, text: str, default_ns: str
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The pod and its claims (from its status for template-made ones; the template itself
     when the claim is not made yet)."""
-    namespace, name = _ns_name(text, "--pod")
+    namespace, name = _ns_name(text, "--pod", default_ns)
     pod: dict[str, Any] = cluster.api.http.json(
         "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
     spec = pod.get("spec") or {}
@@ -167,11 +200,12 @@ def _inputs(ns: argparse.Namespace) -> _Inputs:
     need_cluster = not (ns.filename and ns.slices_file and ns.classes_file
                         and ns.no_cluster_claims)
     cluster = _Cluster(ns.kubeconfig) if need_cluster else None
+    default_ns = ns.namespace or _context_namespace(ns.kubeconfig)
     pod: dict[str, Any] = {}
     claim: Any
     if ns.pod:
         assert cluster is not None
-        pod, claim = _pod_claims(cluster, ns.pod)
+        pod, claim = _pod_claims(cluster, ns.pod, default_ns)
     elif ns.filename:
         docs = _documents(ns.filename)
         if len(docs) != 1:
@@ -180,12 +214,12 @@ def _inputs(ns: argparse.Namespace) -> _Inputs:
         claim = docs[0]
     elif ns.template:
         assert cluster is not None
-        namespace, name = _ns_name(ns.template, "--template")
+        namespace, name = _ns_name(ns.template, "--template", default_ns)
         claim = {"kind": "ResourceClaimTemplate",
                  **cluster.get("resourceclaimtemplates", name, namespace)}
     else:
         assert cluster is not None
-        namespace, name = _ns_name(ns.claim, "claim")
+        namespace, name = _ns_name(ns.claim, "claim", default_ns)
         claim = cluster.get("resourceclaims", name, namespace)
     out = _Inputs(
         claim,

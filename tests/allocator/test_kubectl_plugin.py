@@ -5,6 +5,7 @@ environment; the real kubectl runs it in tests/real/test_real_explain.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,21 +28,29 @@ def test_the_package_declares_the_plugin() -> None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def server() -> Iterator[EmbeddedAPIServer]:
     with EmbeddedAPIServer() as api:
         for name in ("node-1", "node-2"):
             api.create_node(name)
         api.create_object("resourceslices", rslice([device("gpu-0")], pool="node-1",
                                                    node="node-1"))
         api.create_object("deviceclasses", dclass())
-        api.create_object("resourceclaims", claim(request()), "default")
-        api.create_object("pods", {"metadata": {"name": "p", "namespace": "default"}, "spec": {
-            "resourceClaims": [{"name": "c", "resourceClaimName": "c1"}],
-            "containers": [{"name": "app", "image": "x"}]}}, "default")
-        kc = api.write_kubeconfig(tmp_path_factory.mktemp("kc") / "kubeconfig")
-        bin_dir = str(Path(sys.executable).parent)  # where the package put its scripts
-        yield {**os.environ, "KUBECONFIG": str(kc),
-               "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        for ns in ("default", "team-a"):
+            api.create_object("resourceclaims", {**claim(request()), "metadata": {
+                "name": "c1", "namespace": ns}}, ns)
+            api.create_object("pods", {"metadata": {"name": "p", "namespace": ns}, "spec": {
+                "resourceClaims": [{"name": "c", "resourceClaimName": "c1"}],
+                "containers": [{"name": "app", "image": "x"}]}}, ns)
+        yield api
+
+
+@pytest.fixture(scope="module")
+def env(server: EmbeddedAPIServer, tmp_path_factory: pytest.TempPathFactory
+        ) -> dict[str, str]:
+    kc = server.write_kubeconfig(tmp_path_factory.mktemp("kc") / "kubeconfig")
+    bin_dir = str(Path(sys.executable).parent)  # where the package put its scripts
+    return {**os.environ, "KUBECONFIG": str(kc),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
@@ -71,3 +80,22 @@ def test_kubectl_drakit_usage(env: dict[str, str]) -> None:
     assert r.returncode == 2 and r.stderr.startswith("kubectl drakit explain: ")
     r = _run(env, "kubectl-drakit", "explain", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: kubectl drakit explain")
+
+
+def test_kubeconfig_and_namespace_as_kubectl_finds_them(server: EmbeddedAPIServer,
+                                                        env: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    """Without KUBECONFIG: ~/.kube/config; a NAME without namespace: the current context's
+    namespace, or -n."""
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    server.write_kubeconfig(home / ".kube" / "config", namespace="team-a")
+    bare = {k: v for k, v in env.items() if k != "KUBECONFIG"} | {"HOME": str(home)}
+    r = _run(bare, "kubectl-drakit", "explain", "--pod", "p")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("pod team-a/p: ALLOCATABLE on 1 of 2 node(s)\n")
+    r = _run(bare, "kubectl-drakit", "explain", "-n", "default", "--pod", "p", "-o", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["pod"] == "default/p"
+    r = _run(env | {"KUBECONFIG": f"{tmp_path}/nosuch{os.pathsep}{env['KUBECONFIG']}"},
+             "kubectl-drakit", "explain", "--pod", "team-a/p")
+    assert r.returncode == 0, r.stderr
