@@ -9,7 +9,7 @@ call: the gRPC worker (``drakit-dra-*``), the claim-read threads and the hook wo
 (``claim-hooks-*``). Background work (AllocatedDeviceStatus applies, slice publishing) runs
 on threads of its own and is not part of the walk. A first claim is prepared and
 unprepared before the recorded one, so the walk is a steady one (the checkpoint has its log,
-the hook worker exists).
+the hook worker exists), and each call starts once the status writer's work is settled.
 
 The map lists ``file: function, ...`` for the claim core (plugin/claims/, plugin/kubelet/)
 and, for every other file the walk enters, its name only (``calls into:``): the rooms below
@@ -33,6 +33,7 @@ import drakit.discovery
 import drakit.plugin
 from drakit.discovery.model import Device, Pool
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
+from drakit.plugin.claims import owedstatus
 from drakit.plugin.testing.harness import DriverHarness
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -154,6 +155,14 @@ def recorder() -> Iterator[_Recorder]:
         threading.setprofile(None)  # type: ignore[arg-type]
 
 
+def _settled(h: DriverHarness) -> None:
+    """Wait until no AllocatedDeviceStatus is owed (the status writer has applied and
+    recorded its work): its checkpoint write then cannot join the recorded call's write
+    (group commit runs the changes of a batch on one of its callers' threads)."""
+    h.wait_for(lambda: owedstatus.owed(h.app.checkpoint.state()) == ([], []), 30,
+               "the status writer's work settled")
+
+
 def _walks(root: Path, rec: _Recorder, plugin: DiscoveryPlugin) -> dict[str, dict[str, list[str]]]:
     """The recorded prepare and unprepare walks of a claim of ``plugin``."""
     out: dict[str, dict[str, list[str]]] = {}
@@ -165,6 +174,7 @@ def _walks(root: Path, rec: _Recorder, plugin: DiscoveryPlugin) -> dict[str, dic
         claim = h.allocate("walked", [(POOL, "d1")])
         uid = claim["metadata"]["uid"]
         for what in ("prepare", "unprepare"):
+            _settled(h)
             rec.codes.clear()
             rec.active = True
             try:

@@ -8,7 +8,7 @@ with SIGKILL at the named points.
 The example plugin declares that its prepare changes nothing on the node
 (``prepare_changes_node = False``); here it is made a hook that does, so the two-write path
 (``PrepareStarted``, then ``PrepareCompleted``) is the one crashed, unless
-``DRAKIT_CRASH_WITHOUT_PREPARE_HOOK=1`` keeps the declaration (the one-write path).
+``DRAKIT_CRASH_ONE_WRITE=1`` keeps the declaration (the one-write path).
 ``DRAKIT_CRASH_HANG=<rate>:<seconds>`` makes that fraction of the example plugin's prepare
 hooks hang for that long (longer than the kubelet call's deadline: the call answers that the
 hook is still running, and the hook's late end is recorded or rolled back, or a kill finds it
@@ -32,7 +32,7 @@ from drakit.plugin.claims.node import CRASH_POINTS, NodeLogic
 from drakit.plugin.ops import cli
 
 CRASH_ENV = "DRAKIT_CRASH_POINT"
-WITHOUT_HOOK_ENV = "DRAKIT_CRASH_WITHOUT_PREPARE_HOOK"
+ONE_WRITE_ENV = "DRAKIT_CRASH_ONE_WRITE"
 HANG_ENV = "DRAKIT_CRASH_HANG"
 log = logging.getLogger("crash_agent")
 
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
     # write per claim). By default the driver makes it a hook that does, so the two-write
     # path (PrepareStarted, then PrepareCompleted) is what gets killed; with the variable set
     # the one-write path is.
-    ExampleDiscovery.prepare_changes_node = os.environ.get(WITHOUT_HOOK_ENV) != "1"  # type: ignore[misc]
+    ExampleDiscovery.prepare_changes_node = os.environ.get(ONE_WRITE_ENV) != "1"  # type: ignore[misc]
     hang = parse_hang(os.environ.get(HANG_ENV))
     if hang is not None:
         ExampleDiscovery.prepare = hanging(ExampleDiscovery.prepare, *hang)  # type: ignore[method-assign]

@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contract_helpers import DRIVER, Violations, check_invariants
-from crash_agent import HANG_ENV, WITHOUT_HOOK_ENV
+from crash_agent import HANG_ENV, ONE_WRITE_ENV
 
 from drakit.plugin.claims.node import CRASH_POINTS
 from drakit.plugin.testing.apiserver import FaultPlan
@@ -133,7 +133,7 @@ class CrashDriver:
 
     def __init__(self, root: Path, seed: int, devices: int = 6, kill_rate: float = 0.2,
                  arm_rate: float = 0.6, log: Callable[[str], None] = print,
-                 kill_first_cycle: bool = False, without_prepare_hook: bool = False,
+                 kill_first_cycle: bool = False, one_write: bool = False,
                  hang_rate: float = 0.0, status_fault_rate: float = 0.0) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
@@ -150,8 +150,8 @@ class CrashDriver:
             plugin_options={"example": {"generate": {"count": devices, "prefix": "dev"}}},
         )
         self.h.agent_command = crash_agent_command()
-        if without_prepare_hook:
-            self.h.env[WITHOUT_HOOK_ENV] = "1"
+        if one_write:
+            self.h.env[ONE_WRITE_ENV] = "1"
         if hang_rate:
             self.h.env[HANG_ENV] = f"{hang_rate}:{HANG_SECONDS}"
         self.claims: dict[str, Claim] = {}
@@ -421,8 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arm-rate", type=float, default=0.6,
                    help="chance per agent start of arming one injected crash point")
     p.add_argument("--time-limit", type=float, default=None, help="stop after SECONDS")
-    p.add_argument("--without-prepare-hook", action="store_true",
-                   help="the example plugin without its prepare hook (one checkpoint write)")
+    p.add_argument("--one-write", action="store_true",
+                   help="the example plugin as it declares itself: a prepare that changes "
+                        "nothing on the node (one checkpoint write per claim)")
     p.add_argument("--hang-rate", type=float, default=0.0,
                    help=f"share of prepare hooks that hang {HANG_SECONDS}s, past the call's "
                         f"deadline ({HANG_CALL_TIMEOUT}s then)")
@@ -431,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="drakit-crash-") as root:
         driver = CrashDriver(Path(root), args.seed, args.devices, args.kill_rate, args.arm_rate,
-                             without_prepare_hook=args.without_prepare_hook,
+                             one_write=args.one_write,
                              hang_rate=args.hang_rate,
                              status_fault_rate=args.status_fault_rate)
         report = driver.run(args.cycles, args.time_limit)

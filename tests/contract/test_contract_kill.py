@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from contract_helpers import check_invariants, uid_of
-from crash_agent import WITHOUT_HOOK_ENV, parse_crash_points
+from crash_agent import ONE_WRITE_ENV, parse_crash_points
 from crash_driver import CrashDriver, crash_agent_command
 
 from drakit.plugin.claims.checkpoint import Checkpoint
@@ -43,7 +43,7 @@ def test_kill_mid_prepare_then_restart_and_retry(
         names = ("gpu-0", "gpu-1")
     else:  # generated devices: the default prepare needs no host device nodes
         h = harness_factory(start=False, subprocess=True,
-                            env={"DRAKIT_CRASH_POINT": point, WITHOUT_HOOK_ENV: "1"},
+                            env={"DRAKIT_CRASH_POINT": point, ONE_WRITE_ENV: "1"},
                             plugin_options={"example": {"generate": {"count": 2,
                                                                      "prefix": "dev"}}})
         names = ("dev-0", "dev-1")
@@ -66,7 +66,7 @@ def test_kill_mid_prepare_then_restart_and_retry(
     if recorded and not hook:  # at most the first claim's spec was written
         assert len(h.cdi_files()) < 2
 
-    h.env = {} if hook else {WITHOUT_HOOK_ENV: "1"}
+    h.env = {} if hook else {ONE_WRITE_ENV: "1"}
     h.stop_plugin(kill=True)
     h.start_plugin()
     # After the start-up recovery, before any retry: consistent, nothing half-prepared.
@@ -97,9 +97,9 @@ def test_crash_driver_short_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("without_prepare_hook", [False, True], ids=["two-writes", "one-write"])
+@pytest.mark.parametrize("one_write", [False, True], ids=["two-writes", "one-write"])
 def test_crash_driver_with_hanging_hooks_and_status_faults(
-        tmp_path: Path, without_prepare_hook: bool) -> None:
+        tmp_path: Path, one_write: bool) -> None:
     """Kills around prepare hooks that hang past the call's deadline and around
     AllocatedDeviceStatus PATCHes answered 500: the invariants hold at every quiet point,
     and once the API heals every claim's status settles (applied while prepared, removed
@@ -112,7 +112,7 @@ def test_crash_driver_with_hanging_hooks_and_status_faults(
 
     driver = CrashDriver(tmp_path / "crash", seed=11, kill_rate=0.4, arm_rate=0.5,
                          log=log, kill_first_cycle=True,
-                         without_prepare_hook=without_prepare_hook,
+                         one_write=one_write,
                          hang_rate=0.4, status_fault_rate=0.5)
     report = driver.run(cycles=12, time_limit=60)
     assert report.random_kills >= 1 and report.still_running >= 1, report.summary()
