@@ -57,12 +57,21 @@ def _pick_device(slices: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return ranked[0]
 
 
-def _fmt_attrs(d: dict[str, Any]) -> str:
+def _fmt_device(d: dict[str, Any]) -> str:
+    """A published device on one line: its attributes, then its capacity and
+    ``allowMultipleAllocations`` where it has them."""
     parts = []
     for k, v in sorted(d.get("attributes", {}).items()):
         val = next(iter(v.values()), None)
         parts.append(f"{k.rsplit('/', 1)[-1]}={val}")
-    return ", ".join(parts)
+    line = ", ".join(parts)
+    capacity = [f"{k.rsplit('/', 1)[-1]}={v.get('value')}"
+                for k, v in sorted(d.get("capacity", {}).items())]
+    if capacity:
+        line += "; capacity " + ", ".join(capacity)
+    if d.get("allowMultipleAllocations"):
+        line += "; allowMultipleAllocations"
+    return line
 
 
 def demo_main(argv: Sequence[str] | None = None) -> int:
@@ -113,7 +122,7 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
                 f"{len(spec.get('devices', []))} device(s)"
             )
             for d in spec.get("devices", []):
-                print(f"  - {d['name']}: {_fmt_attrs(d)}")
+                print(f"  - {d['name']}: {_fmt_device(d)}")
 
         _say("3. a ResourceClaim allocated to one real device")
         pool, device = _pick_device(slices)

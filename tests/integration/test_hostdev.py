@@ -284,6 +284,9 @@ def test_the_readme_demo_of_hostdev(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     for device in ("kvm", "fuse", "tun"):
         assert f"  - {device}: devNode=" in out
+    # as the README says: sharing and the slots capacity are shown
+    assert "subsystem=misc; allowMultipleAllocations\n" in out      # kvm: shared
+    assert "subsystem=misc; capacity slots=3; allowMultipleAllocations\n" in out   # fuse
     assert '"type":"c","major":10' in out and "OK: demo finished" in out
 
 
