@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from drakit.allocator import objects, placement
 from drakit.allocator.celenv import Environment
-from drakit.allocator.engine import AllocationError
+from drakit.allocator.engine import AllocationError, namespaced_name
 from drakit.allocator.explanation import (
     Context,
     PodExplanation,
@@ -62,9 +62,10 @@ class NodeVerdict:
 @dataclass
 class ClusterExplanation:
     """A pod across the cluster: ``nodes`` in the order shown (fits, closest, rejected);
-    ``summary`` the scheduler's line; ``error`` what the scheduler fails the pod with (a
-    selector's CEL error); ``only_node`` the full answer of the one node left when only one
-    passes the filters ahead of DynamicResources."""
+    ``summary`` the scheduler's line when the pod fits nowhere; ``error`` what the scheduler
+    fails the pod with (a selector's CEL error; the nodes after the one it came from are not
+    judged, as the scheduler stops there too); ``only_node`` the full answer of the one node
+    left when only one passes the filters ahead of DynamicResources."""
 
     pod: str
     nodes: list[NodeVerdict] = field(default_factory=list)
@@ -161,7 +162,7 @@ def _class_missing(ctx: Context, claims: Sequence[Mapping[str, Any]]) -> str:
     return ""
 
 
-def _judge(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
+def _judge(ctx: Context, mine: Sequence[Mapping[str, Any]],
            pending: Sequence[Mapping[str, Any]], slices: Sequence[dict[str, Any]],
            node: Mapping[str, Any], state: AllocatedState) -> NodeVerdict:
     """DynamicResources' Filter on one node."""
@@ -217,8 +218,7 @@ def explain_cluster(pod: Mapping[str, Any], claims: Iterable[Mapping[str, Any]],
     """Judge every node of ``nodes`` (Node objects) for ``pod`` (a Pod object) whose
     ResourceClaims are ``claims`` (any supported version; a template stands for a claim not
     made yet), given the cluster's ResourceSlices, DeviceClasses and other claims."""
-    meta = pod.get("metadata") or {}
-    out = ClusterExplanation(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    out = ClusterExplanation(namespaced_name(pod))
     ctx = Context.of(classes, env)
     mine = [objects.claim_v1(c) for c in claims]
     pending = [c for c in mine if not (c.get("status") or {}).get("allocation")]
@@ -247,8 +247,7 @@ def explain_cluster(pod: Mapping[str, Any], claims: Iterable[Mapping[str, Any]],
             continue
         passed.append(node)
         try:
-            out.nodes.append(_judge(ctx, out.pod, mine, pending, index.for_node(name), node,
-                                    state))
+            out.nodes.append(_judge(ctx, mine, pending, index.for_node(name), node, state))
         except AllocationError as e:
             out.error = str(e)
             break

@@ -70,7 +70,8 @@ class RequestData:
         return self.spec.get("allocationMode") == "All"
 
 
-def _claim_name(c: Mapping[str, Any]) -> str:
+def namespaced_name(c: Mapping[str, Any]) -> str:
+    """``NAMESPACE/NAME`` of an object (a claim, a pod)."""
     m = c.get("metadata") or {}
     return f"{m.get('namespace', '')}/{m.get('name', '')}"
 
@@ -322,7 +323,7 @@ class Allocator:
                 for si, spec, parent in entries:
                     name = spec.get("name", "") if parent else req["name"]
                     cname = spec.get("deviceClassName") or ""
-                    where = f"claim {_claim_name(claim)}, request {name}"
+                    where = f"claim {namespaced_name(claim)}, request {name}"
                     if not cname:
                         raise AllocationError(f"{where}: missing device class name")
                     cls = self.classes.get(cname)
@@ -377,7 +378,7 @@ class Allocator:
 
     def _allocate(self, claims: Sequence[Mapping[str, Any]]) -> Outcome:
         self._claims = claims
-        self._claim = _claim_name(claims[0]) if claims else ""
+        self._claim = namespaced_name(claims[0]) if claims else ""
         self._rd = self.request_data(claims)
         self._constraints = [[_Constraint(c) for c in claim["spec"]["devices"].get(
             "constraints") or []] for claim in claims]
@@ -529,7 +530,7 @@ class Allocator:
                 rollback()
                 if must:
                     raise AllocationError(
-                        f"claim {_claim_name(self._claims[ci])}, request {rd.name}: cannot add "
+                        f"claim {namespaced_name(self._claims[ci])}, request {rd.name}: cannot add "
                         f"device {'/'.join(c.id)} because a claim constraint would not be "
                         "satisfied")
                 return None

@@ -35,6 +35,7 @@ from drakit.allocator.engine import (
     RequestData,
     blocking_taint,
     describe_taint,
+    namespaced_name,
 )
 from drakit.allocator.state import AllocatedState, from_claims
 
@@ -151,11 +152,6 @@ def node_object(node: Mapping[str, Any] | str) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {"metadata": {"name": node}}
 
 
-def _claim_name(c: Mapping[str, Any]) -> str:
-    meta = c.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
 def short(rx: RequestExplanation) -> bool:
     """Too few devices match the (sub)request, each judged alone."""
     return not rx.matched if rx.mode == "All" else len(rx.matched) < rx.count
@@ -198,7 +194,7 @@ def explain_v1(ctx: Context, c: Mapping[str, Any], slices: Sequence[dict[str, An
     ``outcome``: the claim's allocation on this node when already computed."""
     node_name = (node_obj.get("metadata") or {}).get("name", "")
     alloc = ctx.allocator(slices, node_obj, state)
-    out = Explanation(claim=_claim_name(c), node=node_name, allocatable=False)
+    out = Explanation(claim=namespaced_name(c), node=node_name, allocatable=False)
     for p in alloc.pools:
         out.pools.append({"pool": p.id, "state": "incomplete" if p.incomplete else
                           ("invalid: " + p.invalid if p.invalid else "complete")})
@@ -407,7 +403,7 @@ def explain_pod_v1(ctx: Context, pod: str, mine: Sequence[Mapping[str, Any]],
     out = PodExplanation(pod, (node_obj.get("metadata") or {}).get("name", ""), True)
     for c in mine:
         if (c.get("status") or {}).get("allocation"):
-            out.claims.append(Explanation(_claim_name(c), out.node, True,
+            out.claims.append(Explanation(namespaced_name(c), out.node, True,
                                           reasons=["already allocated"],
                                           allocation=c["status"]["allocation"]))
         else:
