@@ -8,6 +8,7 @@ temporary dev root (root needed).
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
@@ -143,3 +144,19 @@ def test_paths_that_only_begin_like_a_refused_one_are_allowed() -> None:
                   fileMode="0660", containerPath="/dev/vm/{kernel}"))
     load(one_rule(sharing=1))
     load(one_rule(fileMode=0o660))
+
+
+def test_a_rule_without_subsystem_matching_nothing_at_start_says_hot_plug_misses_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # /dev/ttyUSB* before any adapter is plugged: no subsystem to watch for it
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    dev.mkdir()
+    sysfs.mkdir()
+    with caplog.at_level(logging.WARNING, logger="drakit.discovery.builtin.hostdev.plugin"):
+        p = plugin({"rules": [{"name": "usb", "match": "/dev/ttyUSB*"},
+                              {"name": "tty", "match": 'SUBSYSTEM=="tty", KERNEL=="ttyACM*"'}]},
+                   sysfs, dev)
+    assert p.watched_subsystems() == ("tty",)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "hostdev rule usb: '/dev/ttyUSB*' names no SUBSYSTEM" in warning
+    assert "periodic rescan, not on hot-plug" in warning

@@ -129,10 +129,20 @@ class HostdevDiscovery(DiscoveryPlugin):
                     out |= subs
         if open_rules:  # rules without SUBSYSTEM== watch what they match now
             entries = self._entries()
-            for _spec, rules in self.rules:
-                for hit in self._hits(rules, entries):
-                    if hit.device is not None and hit.device.subsystem:
-                        out.add(hit.device.subsystem)
+            for spec, rules in self.rules:
+                for rule in rules:
+                    if rule.subsystems() is not None:
+                        continue
+                    found = {hit.device.subsystem for hit in self._hits([rule], entries)
+                             if hit.device is not None and hit.device.subsystem}
+                    if not found:
+                        _log.warning(
+                            "hostdev rule %s: %r names no SUBSYSTEM and matches no device of "
+                            "one now: devices it matches later are found by the periodic "
+                            "rescan, not on hot-plug (udev keys with SUBSYSTEM==, such as "
+                            "'SUBSYSTEM==\"tty\", KERNEL==\"ttyUSB*\"', are watched)",
+                            spec.name, rule.text)
+                    out |= found
         return tuple(sorted(out))
 
     # -- discovery -------------------------------------------------------------------------
