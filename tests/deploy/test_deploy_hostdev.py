@@ -78,3 +78,14 @@ def test_without_hostdev_nothing_changes(helm: str) -> None:
     assert all(m["mountPath"] != "/host/dev" for m in container["volumeMounts"])
     [cls] = find(docs, "DeviceClass")
     assert "rule" not in cls["spec"]["selectors"][1]["cel"]["expression"]
+
+
+@pytest.mark.parametrize("rule", [{"name": "Kvm_1", "match": "/dev/kvm"},
+                                  {"match": "/dev/kvm"},
+                                  {"name": "k" * 41, "match": "/dev/kvm"}])
+def test_a_rule_name_that_is_no_dns_label_is_refused(helm: str, tmp_path: Path,
+                                                     rule: dict[str, Any]) -> None:
+    # it would name an invalid DeviceClass (Kvm_1.hostdev.drakit.dev, .hostdev.drakit.dev)
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        gen.render(helm, values=[values(tmp_path, [rule])])
+    assert f'rule name "{rule.get("name", "")}" is not a DNS label' in e.value.stderr
