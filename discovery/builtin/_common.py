@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from drakit.discovery.model import DeviceAttribute
+from drakit.discovery.names import is_dns_subdomain
 from drakit.discovery.plugin import parse_plugin_options
 
 MAX_STRING_BYTES = 64
 """DeviceAttributeMaxValueLength: string and version values, UTF-8 bytes (resource.k8s.io/v1)."""
+POOL_NAME_MAX = 253
+"""ResourceSlice ``spec.pool.name``: at most 253 bytes (resource.k8s.io/v1)."""
+
+
+def _pool_name(value: str) -> str:
+    if value and (len(value.encode()) > POOL_NAME_MAX or
+                  not all(is_dns_subdomain(part) for part in value.split("/"))):
+        raise ValueError(f"{value!r} is not a pool name: DNS subdomains (lower-case letters, "
+                         f"digits, '-', '.') joined by '/', at most {POOL_NAME_MAX} bytes "
+                         "(ResourceSlice spec.pool.name)")
+    return value
+
+
+PoolName = Annotated[str, AfterValidator(_pool_name)]
+"""The ``pool`` option of a built-in plugin, checked as ``spec.pool.name`` is, so a bad one
+stops ``drakit run`` instead of leaving the pool unpublished (empty: the node name)."""
 
 
 def put(

@@ -36,7 +36,7 @@ from pydantic.alias_generators import to_camel
 
 from drakit.cdi.names import canonical_cidr
 from drakit.cdi.spec import ContainerEdits, NetDevice
-from drakit.discovery.builtin._common import parse_options, put
+from drakit.discovery.builtin._common import PoolName, parse_options, put
 from drakit.discovery.model import MAX_IPS, Device, DeviceAttribute, Pool
 from drakit.discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, dns_labels
 from drakit.discovery.plugin import (
@@ -61,7 +61,7 @@ class NetOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    pool: str | None = None
+    pool: PoolName | None = None
     include: list[str] = Field(default_factory=lambda: ["*"])
     exclude: list[str] = Field(default_factory=list)
     include_virtual: bool = True

@@ -24,7 +24,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from drakit.discovery.builtin._common import parse_options, put
+from drakit.discovery.builtin._common import PoolName, parse_options, put
 from drakit.discovery.model import Device, DeviceAttribute, Pool
 from drakit.discovery.names import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
 from drakit.discovery.plugin import DiscoveryContext, DiscoveryPlugin
@@ -49,7 +49,7 @@ class PciOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
-    pool: str | None = None
+    pool: PoolName | None = None
     vendors: list[str] = Field(default_factory=list)
     classes: list[str] = Field(default_factory=list)
     exclude_bridges: bool = True

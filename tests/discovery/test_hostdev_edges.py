@@ -160,3 +160,18 @@ def test_a_rule_without_subsystem_matching_nothing_at_start_says_hot_plug_misses
     [warning] = [r.getMessage() for r in caplog.records]
     assert "hostdev rule usb: '/dev/ttyUSB*' names no SUBSYSTEM" in warning
     assert "periodic rescan, not on hot-plug" in warning
+
+
+@pytest.mark.parametrize("plugin_name", ["hostdev", "net", "pci"])
+@pytest.mark.parametrize("pool", ["Bad_Pool", "a//b", "x" * 254, "-a"])
+def test_a_pool_option_that_is_no_pool_name_stops_the_plugin(plugin_name: str,
+                                                            pool: str) -> None:
+    # accepted, it left the pool unpublished with a warning and the agent running
+    options = {"pool": pool, **({"rules": [{"name": "k", "match": "/dev/kvm"}]}
+                                if plugin_name == "hostdev" else {})}
+    with pytest.raises(PluginLoadError, match=rf"discovery.{plugin_name}.pool: .*not a pool "
+                       "name"):
+        load_plugins([plugin_name], lambda name: DiscoveryContext(
+            driver_name=DRIVER, node_name=NODE, options=options))
+    load_plugins([plugin_name], lambda name: DiscoveryContext(
+        driver_name=DRIVER, node_name=NODE, options={**options, "pool": "rack-1/node.a"}))

@@ -35,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from drakit.discovery.builtin._common import PoolName
 from drakit.discovery.builtin.hostdev.rules import Rule, parse_rule
 from drakit.discovery.names import is_dns_label
 
@@ -206,7 +207,7 @@ class HostdevOptions(_Strict):
     """Options of the ``hostdev`` plugin: a ``pool`` name and the ``rules``; rule names are
     unique."""
 
-    pool: str | None = None
+    pool: PoolName | None = None
     rules: list[RuleSpec] = Field(default_factory=list)
 
     @field_validator("rules")
