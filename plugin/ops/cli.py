@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -219,8 +219,28 @@ def _cleanup(argv: Sequence[str]) -> int:
     return 0
 
 
+def _closed_pipe_safe(command: Callable[[list[str]], int], args: list[str]) -> int:
+    """``command(args)`` with its output flushed; when the reader of stdout is gone
+    (``drakit explain … | head``), no traceback: stdout goes to /dev/null, so the
+    interpreter's last flush cannot fail either, and the status is 141, as a shell reports
+    a process ended by SIGPIPE."""
+    try:
+        status = command(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """``drakit COMMAND [ARGS]`` (``argv``: the words after ``drakit``)."""
+    return _closed_pipe_safe(_main, list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(args: list[str]) -> int:
     commands = {
         "run": "run the DRA node agent",
         "apiserver": "run the embedded API server (tests, demos)",
@@ -274,7 +294,10 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     ``kubectl-drakit`` that kubectl finds on PATH (kubectl passes the words after ``drakit``
     and the environment, ``KUBECONFIG`` included). Its command is ``explain``, as
     ``drakit explain``."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    return _closed_pipe_safe(_kubectl_main, list(sys.argv[1:] if argv is None else argv))
+
+
+def _kubectl_main(args: list[str]) -> int:
     if args and args[0] == "explain":
         from drakit.plugin.ops.explain import explain_main
 
