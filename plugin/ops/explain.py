@@ -176,14 +176,24 @@ def _pod_claims(cluster: _Cluster, text: str, default_ns: str
     spec = pod.get("spec") or {}
     made = {s.get("name"): s.get("resourceClaimName")
             for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    def fetch(plural: str, kind: str, obj: str, ref: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return cluster.get(plural, obj, namespace)
+        except Exception as e:   # a missing claim or template: name it and the pod's entry
+            from drakit.plugin.api.resourceapi import describe
+
+            raise UsageError(f"pod {namespace}/{name}, claim {ref.get('name')!r}: {kind} "
+                             f"{namespace}/{obj}: {' '.join(describe(e).split())}") from None
+
     claims = []
     for ref in spec.get("resourceClaims") or []:
         claim_name = ref.get("resourceClaimName") or made.get(ref.get("name"))
         if claim_name:
-            claims.append(cluster.get("resourceclaims", claim_name, namespace))
+            claims.append(fetch("resourceclaims", "ResourceClaim", claim_name, ref))
         elif ref.get("resourceClaimTemplateName"):
-            claims.append({"kind": "ResourceClaimTemplate", **cluster.get(
-                "resourceclaimtemplates", ref["resourceClaimTemplateName"], namespace)})
+            claims.append({"kind": "ResourceClaimTemplate", **fetch(
+                "resourceclaimtemplates", "ResourceClaimTemplate",
+                ref["resourceClaimTemplateName"], ref)})
     if not claims:
         raise UsageError(f"pod {namespace}/{name} has no resource claims")
     return pod, claims
