@@ -18,6 +18,7 @@ import pytest
 
 from drakit.discovery import DiscoveryContext, SysfsBuilder
 from drakit.discovery.builtin.hostdev import HostdevDiscovery
+from drakit.discovery.builtin.hostdev.rules import RuleSyntaxError, parse_rule
 from drakit.discovery.loader import PluginLoadError, load_plugins
 from drakit.discovery.model import Device
 from drakit.discovery.plugin import ClaimRef, DeviceRequest
@@ -175,3 +176,10 @@ def test_a_pool_option_that_is_no_pool_name_stops_the_plugin(plugin_name: str,
             driver_name=DRIVER, node_name=NODE, options=options))
     load_plugins([plugin_name], lambda name: DiscoveryContext(
         driver_name=DRIVER, node_name=NODE, options={**options, "pool": "rack-1/node.a"}))
+
+
+def test_tabs_around_operators_parse_as_in_udev_rules_files() -> None:
+    rule = parse_rule('KERNEL\t==\t"kvm",\tSUBSYSTEM !=\t"block"')
+    assert [str(m) for m in rule.matches] == ['KERNEL=="kvm"', 'SUBSYSTEM!="block"']
+    with pytest.raises(RuleSyntaxError, match=r"column 8: assignment KERNEL= is not"):
+        parse_rule('KERNEL\t=\t"kvm"')

@@ -218,18 +218,18 @@ def parse_rule(text: str) -> Rule:
             pos = end + 1
         elif key in _ARG_KEYS:
             raise RuleSyntaxError(text, pos + 1, f"{key} needs an argument: {key}{{name}}")
-        while pos < n and text[pos] == " ":
+        while pos < n and text[pos] in " \t":
             pos += 1
         op = text[pos:pos + 2]
         if op not in ("==", "!="):
             assign = next((a for a in ASSIGN_OPERATORS if text.startswith(a, pos)
-                           and text[pos + len(a):].lstrip(" ").startswith('"')), None)
+                           and text[pos + len(a):].lstrip(" \t").startswith('"')), None)
             if assign is not None:
                 raise RuleSyntaxError(text, pos + 1, f"assignment {key}{assign} is not "
                                       "supported: hostdev rules only match (== or !=)")
             raise RuleSyntaxError(text, pos + 1, "expected == or !=")
         pos += 2
-        while pos < n and text[pos] == " ":
+        while pos < n and text[pos] in " \t":
             pos += 1
         if pos >= n or text[pos] != '"':
             raise RuleSyntaxError(text, pos + 1, 'expected a value in double quotes')
