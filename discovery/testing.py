@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from drakit.discovery.sysfs import PCI_ADDRESS_RE
@@ -334,3 +335,50 @@ class SysfsBuilder:
             shutil.rmtree(real, ignore_errors=True)
             self._made_dirs.clear()  # the caches may name removed directories
             self._pci_dirs.clear()
+
+
+class LoopDevice:
+    """A loop device for hot-plug tests: ``backing`` (a file, created with ``size`` bytes
+    of ``pattern`` repeated) attached by ``losetup -f --show`` (root), so the kernel sends
+    real ``change`` uevents for ``block/loopN`` on :meth:`attach` and :meth:`detach`.
+
+    :attr:`path` is the ``/dev/loopN`` it got (None while detached). Use it as a context
+    manager to detach at the end. Raises ``subprocess.CalledProcessError`` when ``losetup``
+    fails (no free loop device, no permission) and ``FileNotFoundError`` without it.
+    """
+
+    def __init__(self, backing: str | os.PathLike[str], pattern: bytes = b"drakit-loop-",
+                 size: int = 1 << 20) -> None:
+        self.backing = Path(backing)
+        self.pattern = pattern
+        self.size = size
+        self.backing.write_bytes((pattern * (size // len(pattern) + 1))[:size])
+        self.path: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The kernel name (``loop3``) of the attached device."""
+        if self.path is None:
+            raise RuntimeError(f"{self.backing} is not attached")
+        return os.path.basename(self.path)
+
+    def attach(self) -> str:
+        """Attach to the first free loop device; returns its path (``/dev/loop3``)."""
+        out = subprocess.run(["losetup", "-f", "--show", str(self.backing)], check=True,
+                             capture_output=True, text=True, timeout=30)
+        self.path = out.stdout.strip()
+        return self.path
+
+    def detach(self) -> None:
+        """Detach (nothing when not attached; a failure is ignored)."""
+        if self.path is not None:
+            subprocess.run(["losetup", "-d", self.path], check=False, capture_output=True,
+                           timeout=30)
+            self.path = None
+
+    def __enter__(self) -> LoopDevice:
+        self.attach()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from drakit.allocator import AllocationFailed
+from drakit.discovery.testing import LoopDevice
 from drakit.plugin.testing.harness import DriverHarness
 
 DRIVER = "hostdev.drakit.dev"
@@ -146,33 +147,11 @@ def test_explain_says_why_a_hostdev_claim_does_not_fit(
 # -- loop devices: hot-plug and health -------------------------------------------------------
 
 
-class Loop:
-    """A loop device attached to a file of a known pattern (detached at the end)."""
-
-    def __init__(self, backing: Path, pattern: bytes = b"drakit-hostdev-", size: int = 1 << 20
-                 ) -> None:
-        self.backing = backing
-        self.pattern = pattern
-        backing.write_bytes((pattern * (size // len(pattern) + 1))[:size])
-        self.path: str | None = None
-
-    def attach(self) -> str:
-        out = subprocess.run(["losetup", "-f", "--show", str(self.backing)], check=True,
-                             capture_output=True, text=True, timeout=30)
-        self.path = out.stdout.strip()
-        return self.path
-
-    def detach(self) -> None:
-        if self.path is not None:
-            subprocess.run(["losetup", "-d", self.path], check=False, timeout=30)
-            self.path = None
-
-
 @pytest.fixture
-def loop(tmp_path: Path) -> Iterator[Loop]:
+def loop(tmp_path: Path) -> Iterator[LoopDevice]:
     if shutil.which("losetup") is None:
         pytest.skip("losetup is not installed")
-    lo = Loop(tmp_path / "backing.img")
+    lo = LoopDevice(tmp_path / "backing.img")
     yield lo
     lo.detach()
 
@@ -185,7 +164,7 @@ def wait_published(h: DriverHarness, name: str, present: bool, timeout: float) -
     return time.monotonic() - started
 
 
-def attach_published(h: DriverHarness, loop: Loop) -> tuple[str, str]:
+def attach_published(h: DriverHarness, loop: LoopDevice) -> tuple[str, str]:
     """Attach ``loop``; its (path, device name) once published."""
     path = loop.attach()
     name = "loop-" + os.path.basename(path)
@@ -195,7 +174,8 @@ def attach_published(h: DriverHarness, loop: Loop) -> tuple[str, str]:
 
 @root_only
 def test_a_loop_device_attached_is_published_within_a_second(
-        harness: DriverHarness, loop: Loop, record_property: Callable[[str, Any], None]) -> None:
+        harness: DriverHarness, loop: LoopDevice,
+        record_property: Callable[[str, Any], None]) -> None:
     h = harness
     path = loop.attach()
     name = "loop-" + os.path.basename(path)
@@ -210,7 +190,7 @@ def test_a_loop_device_attached_is_published_within_a_second(
 
 @root_only
 def test_a_prepared_loop_device_removed_is_unhealthy_until_it_returns(
-        harness: DriverHarness, loop: Loop) -> None:
+        harness: DriverHarness, loop: LoopDevice) -> None:
     h = harness
     path, name = attach_published(h, loop)
     c = h.allocate("uses-loop", [("node-1", name)])
@@ -238,7 +218,7 @@ def test_a_prepared_loop_device_removed_is_unhealthy_until_it_returns(
 
 @root_only
 def test_a_loop_device_gone_before_prepare_fails_that_claim_only(
-        harness: DriverHarness, loop: Loop) -> None:
+        harness: DriverHarness, loop: LoopDevice) -> None:
     h = harness
     _path, name = attach_published(h, loop)
     gone = h.allocate("gone", [("node-1", name)])
