@@ -107,6 +107,16 @@ def _violates(v: qty.Quantity, policy: Mapping[str, Any]) -> bool:
     return False
 
 
+def _policy_text(policy: Mapping[str, Any]) -> str:
+    """A requestPolicy as a reason shows it: ``validRange min 1, max 3, step 1`` (the fields
+    it has), ``validValues 1G, 2G``."""
+    rng = policy.get("validRange")
+    if rng:
+        return "validRange " + ", ".join(f"{k} {rng[k]}" for k in ("min", "max", "step")
+                                         if rng.get(k) is not None)
+    return "validValues " + ", ".join(str(v) for v in policy.get("validValues") or [])
+
+
 def _asked(use: qty.Quantity, request: Mapping[str, Any] | None, name: str,
            cap: Mapping[str, Any]) -> str:
     """What a request consumes of a capacity, written like the amount it comes from."""
@@ -131,7 +141,7 @@ def fits(request: Mapping[str, Any] | None, device: Mapping[str, Any],
         published = cap.get("value", "0")  # amounts print as the slice and claim wrote them
         if _violates(use, policy):
             return False, (f"capacity {name}: {_asked(use, request, name, cap)} is not "
-                           "allowed by its requestPolicy")
+                           f"allowed by its requestPolicy ({_policy_text(policy)})")
         taken = already.get(name, qty.ZERO) + allocating.get(name, qty.ZERO)
         value = qty.parse(published)
         if (use + taken).value > value.value:
