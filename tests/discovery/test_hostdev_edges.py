@@ -183,3 +183,11 @@ def test_tabs_around_operators_parse_as_in_udev_rules_files() -> None:
     assert [str(m) for m in rule.matches] == ['KERNEL=="kvm"', 'SUBSYSTEM!="block"']
     with pytest.raises(RuleSyntaxError, match=r"column 8: assignment KERNEL= is not"):
         parse_rule('KERNEL\t=\t"kvm"')
+
+
+@pytest.mark.parametrize("options", [{}, {"rules": []}, {"pool": "p"}])
+def test_hostdev_without_rules_stops_the_plugin(options: dict[str, Any]) -> None:
+    # forgotten --config: it ran publishing nothing, without a word
+    with pytest.raises(PluginLoadError, match=r"discovery.hostdev.rules: hostdev needs at "
+                       r"least one rule \(discovery.hostdev.rules in the --config file\)"):
+        load(options)

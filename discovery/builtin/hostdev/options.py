@@ -204,15 +204,18 @@ class RuleSpec(_Strict):
 
 
 class HostdevOptions(_Strict):
-    """Options of the ``hostdev`` plugin: a ``pool`` name and the ``rules``; rule names are
-    unique."""
+    """Options of the ``hostdev`` plugin: a ``pool`` name and the ``rules``, at least one;
+    rule names are unique."""
 
     pool: PoolName | None = None
-    rules: list[RuleSpec] = Field(default_factory=list)
+    rules: list[RuleSpec] = Field(default_factory=list, validate_default=True)
 
     @field_validator("rules")
     @classmethod
     def _unique(cls, v: list[RuleSpec]) -> list[RuleSpec]:
+        if not v:   # no --config, or the rules under another key: nothing could be offered
+            raise ValueError("hostdev needs at least one rule (discovery.hostdev.rules in "
+                             "the --config file)")
         seen: set[str] = set()
         for spec in v:
             if spec.name in seen:
