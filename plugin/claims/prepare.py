@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from drakit.cdi.spec import Device as CDIDevice
 from drakit.discovery.plugin import ClaimRef
 from drakit.plugin.api.retry import describe
 from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointError, ClaimRecord
@@ -192,7 +193,7 @@ class Prepare:
         if owner is None:
             return
         built: dict[str, ClaimRecord] = {}
-        specs = {}
+        specs: dict[str, list[CDIDevice]] = {}
         for p in plans:
             try:
                 built[p.ref.uid], specs[p.ref.uid] = self.devices.completed(
