@@ -89,3 +89,10 @@ def test_a_rule_name_that_is_no_dns_label_is_refused(helm: str, tmp_path: Path,
     with pytest.raises(subprocess.CalledProcessError) as e:
         gen.render(helm, values=[values(tmp_path, [rule])])
     assert f'rule name "{rule.get("name", "")}" is not a DNS label' in e.value.stderr
+
+
+def test_hostdev_without_rules_is_refused(helm: str, tmp_path: Path) -> None:
+    # the agent would refuse to start; the render says so first
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        gen.render(helm, values=[values(tmp_path, [])])
+    assert "discovery.config.hostdev.rules: hostdev needs at least one rule" in e.value.stderr
