@@ -191,3 +191,21 @@ def test_hostdev_without_rules_stops_the_plugin(options: dict[str, Any]) -> None
     with pytest.raises(PluginLoadError, match=r"discovery.hostdev.rules: hostdev needs at "
                        r"least one rule \(discovery.hostdev.rules in the --config file\)"):
         load(options)
+
+
+@root_only
+def test_a_node_two_rules_publish_is_warned_about_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    dev.mkdir()
+    sysfs.mkdir()
+    os.mknod(dev / "widget0", 0o600 | stat.S_IFCHR, os.makedev(240, 1))
+    p = plugin({"rules": [{"name": "solo", "match": "/dev/widget0"},
+                          {"name": "many", "match": "/dev/widget*", "sharing": "shared"}]},
+               sysfs, dev)
+    with caplog.at_level(logging.WARNING, logger="drakit.discovery.builtin.hostdev.plugin"):
+        [pool] = p.discover()
+        p.discover()                        # the same overlap: said once
+    assert sorted(d.name for d in pool.devices) == ["many-widget0", "solo-widget0"]
+    [warning] = [r.getMessage() for r in caplog.records if "several rules" in r.getMessage()]
+    assert warning.endswith("/dev/widget0 by many, solo")

@@ -110,6 +110,7 @@ class HostdevDiscovery(DiscoveryPlugin):
         self.tree = DeviceTree(context.sysfs_root)
         self.host_nodes = HostNodes("/", context.dev_root)
         self._found: dict[str, Found] = {}
+        self._overlaps: dict[str, tuple[str, ...]] = {}
         self._watched = self._subsystems()
 
     # -- hot-plug --------------------------------------------------------------------------
@@ -238,8 +239,26 @@ class HostdevDiscovery(DiscoveryPlugin):
             found[label] = record
         self._found = found
         self._seen.update(found)
+        self._warn_shared_nodes(found)
         devices.sort(key=lambda d: d.name)
         return [Pool(name=self.options.pool or self.context.default_pool, devices=devices)]
+
+    def _warn_shared_nodes(self, found: dict[str, Found]) -> None:
+        """Warn, once per set of them, about nodes that several rules publish: each rule's
+        sharing holds for its own device only (an exclusive device whose node a shared one
+        also hands out)."""
+        rules_of: dict[str, set[str]] = {}
+        for record in found.values():
+            for ref in record.nodes:
+                rules_of.setdefault(ref.host_path, set()).add(record.spec.name)
+        overlaps = {path: tuple(sorted(names)) for path, names in rules_of.items()
+                    if len(names) > 1}
+        if overlaps and overlaps != self._overlaps:
+            _log.warning("hostdev: nodes published by several rules, each rule's sharing "
+                         "holding for its own device only: %s", "; ".join(
+                             f"{path} by {', '.join(names)}"
+                             for path, names in sorted(overlaps.items())))
+        self._overlaps = overlaps
 
     def _devices_of(self, spec: RuleSpec, rules: list[Rule], entries: list[NodeEntry]
                     ) -> list[tuple[str, RuleSpec, list[_Hit]]]:
