@@ -209,3 +209,27 @@ def test_a_node_two_rules_publish_is_warned_about_once(
     assert sorted(d.name for d in pool.devices) == ["many-widget0", "solo-widget0"]
     [warning] = [r.getMessage() for r in caplog.records if "several rules" in r.getMessage()]
     assert warning.endswith("/dev/widget0 by many, solo")
+
+
+@root_only
+@pytest.mark.parametrize(("kind", "minor", "now"), [("char", 2, "c 240:2"),
+                                                    ("block", 1, "b 240:1")])
+def test_a_node_replaced_since_publish_fails_the_claim(tmp_path: Path, kind: str, minor: int,
+                                                      now: str) -> None:
+    # another device at the same path before discovery ran again: not handed out as this one
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    dev.mkdir()
+    sysfs.mkdir()
+    os.mknod(dev / "widget0", 0o600 | stat.S_IFCHR, os.makedev(240, 1))
+    p = plugin({"rules": [{"name": "w", "match": "/dev/widget*"}]}, sysfs, dev)
+    [pool] = p.discover()
+    [device] = pool.devices
+    (dev / "widget0").unlink()
+    os.mknod(dev / "widget0", 0o600 | (stat.S_IFCHR if kind == "char" else stat.S_IFBLK),
+             os.makedev(240, minor))
+    with pytest.raises(RuntimeError, match=rf"w-widget0: node /dev/widget0 is gone or changed "
+                       rf"since it was published: it is {now} now, c 240:1 when published"):
+        p.prepare(request(device))
+    [pool] = p.discover()                   # discovered again: the new node is the device
+    [node] = p.prepare(request(pool.devices[0])).edits.device_nodes or []
+    assert (node.type, node.minor) == (now[0], minor)

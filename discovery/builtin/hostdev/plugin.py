@@ -64,12 +64,16 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class NodeRef:
-    """One node of a device: the host path, where it appears in the container, and the
-    kernel name (or the path's last part for a node without a sysfs device)."""
+    """One node of a device: the host path, where it appears in the container, the kernel
+    name (or the path's last part for a node without a sysfs device), and the node as
+    published: CDI type (``c`` or ``b``), major and minor."""
 
     host_path: str
     container_path: str
     kernel: str
+    type: str
+    major: int
+    minor: int
 
 
 @dataclass(frozen=True)
@@ -318,10 +322,11 @@ class HostdevDiscovery(DiscoveryPlugin):
         for hit in hits:
             kernel = hit.device.sys_name if hit.device is not None else \
                 os.path.basename(hit.host_path)
+            number = ("b" if hit.kind == "block" else "c", hit.major, hit.minor)
             nodes.append(NodeRef(hit.host_path, spec.container_path_for(hit.host_path, kernel),
-                                 kernel))
+                                 kernel, *number))
             for link in links.get(os.path.realpath(self._local(hit.host_path)), []):
-                nodes.append(NodeRef(hit.host_path, link, kernel))
+                nodes.append(NodeRef(hit.host_path, link, kernel, *number))
         device = Device(name=name, attributes=attributes, capacity=capacity,
                         allow_multiple_allocations=True if shared else None,
                         device_nodes=[n.container_path for n in nodes])
@@ -333,7 +338,8 @@ class HostdevDiscovery(DiscoveryPlugin):
         """CDI device nodes read from the host now, the rule's mounts and env var.
 
         Raises ``RuntimeError`` naming the device and the node when the device is no
-        longer discovered or one of its nodes is gone or changed kind."""
+        longer discovered, or one of its nodes is gone or is another node (type, major,
+        minor) than the one published."""
         name = request.device.name
         found = self._found.get(name)
         if found is None:
@@ -348,10 +354,16 @@ class HostdevDiscovery(DiscoveryPlugin):
                               permissions=spec.permissions, uid=spec.uid, gid=spec.gid,
                               file_mode=spec.file_mode)
             try:
-                nodes.append(self.host_nodes.fill_node(node, f"hostdev device {name}"))
+                node = self.host_nodes.fill_node(node, f"hostdev device {name}")
             except HostNodeError as e:
                 raise RuntimeError(f"hostdev device {name}: node {ref.host_path} is gone or "
                                    f"changed since it was published: {e}") from None
+            if (node.type, node.major, node.minor) != (ref.type, ref.major, ref.minor):
+                raise RuntimeError(
+                    f"hostdev device {name}: node {ref.host_path} is gone or changed since it "
+                    f"was published: it is {node.type} {node.major}:{node.minor} now, "
+                    f"{ref.type} {ref.major}:{ref.minor} when published")
+            nodes.append(node)
         env = [f"DRAKIT_DEVICE_{env_name(name)}={request.pool}/{name}"]
         if spec.env:
             env.append(f"{spec.env}={nodes[0].path}")
