@@ -40,6 +40,17 @@ def request(device: Device) -> DeviceRequest:
                          request="r", pool=NODE, device=device)
 
 
+def nodes_only(tmp_path: Path, minors: dict[str, int]) -> tuple[Path, Path]:
+    """An empty sysfs tree and a dev root with char nodes ``name`` → 240:``minor`` (nodes
+    without a sysfs device): (sysfs root, dev root)."""
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    dev.mkdir()
+    sysfs.mkdir()
+    for name, minor in minors.items():
+        os.mknod(dev / name, 0o600 | stat.S_IFCHR, os.makedev(240, minor))
+    return sysfs, dev
+
+
 def ftdi_adapters(tmp_path: Path, serials: list[str]) -> tuple[SysfsBuilder, Path]:
     """FTDI adapters on USB ports 1-1, 1-2 … with the given serials, as ttyUSB0, ttyUSB1 …"""
     tree, dev = SysfsBuilder(tmp_path / "sys"), tmp_path / "dev"
@@ -87,11 +98,7 @@ def test_serials_equal_but_for_case_are_two_devices_each_prepared_with_its_node(
 @root_only
 def test_names_of_two_rules_that_meet_stay_apart(tmp_path: Path) -> None:
     # rule x, node /dev/y-z and rule x-y, node /dev/z: both are x-y-z as they are
-    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
-    dev.mkdir()
-    sysfs.mkdir()
-    for name, minor in (("y-z", 1), ("z", 2)):
-        os.mknod(dev / name, 0o600 | stat.S_IFCHR, os.makedev(240, minor))
+    sysfs, dev = nodes_only(tmp_path, {"y-z": 1, "z": 2})
     p = plugin({"rules": [{"name": "x", "match": "/dev/y-z"},
                           {"name": "x-y", "match": "/dev/z"}]}, sysfs, dev)
     [pool] = p.discover()
@@ -150,9 +157,7 @@ def test_paths_that_only_begin_like_a_refused_one_are_allowed() -> None:
 def test_a_rule_without_subsystem_matching_nothing_at_start_says_hot_plug_misses_it(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # /dev/ttyUSB* before any adapter is plugged: no subsystem to watch for it
-    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
-    dev.mkdir()
-    sysfs.mkdir()
+    sysfs, dev = nodes_only(tmp_path, {})
     with caplog.at_level(logging.WARNING, logger="drakit.discovery.builtin.hostdev.plugin"):
         p = plugin({"rules": [{"name": "usb", "match": "/dev/ttyUSB*"},
                               {"name": "tty", "match": 'SUBSYSTEM=="tty", KERNEL=="ttyACM*"'}]},
@@ -196,10 +201,7 @@ def test_hostdev_without_rules_stops_the_plugin(options: dict[str, Any]) -> None
 @root_only
 def test_a_node_two_rules_publish_is_warned_about_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
-    dev.mkdir()
-    sysfs.mkdir()
-    os.mknod(dev / "widget0", 0o600 | stat.S_IFCHR, os.makedev(240, 1))
+    sysfs, dev = nodes_only(tmp_path, {"widget0": 1})
     p = plugin({"rules": [{"name": "solo", "match": "/dev/widget0"},
                           {"name": "many", "match": "/dev/widget*", "sharing": "shared"}]},
                sysfs, dev)
@@ -217,10 +219,7 @@ def test_a_node_two_rules_publish_is_warned_about_once(
 def test_a_node_replaced_since_publish_fails_the_claim(tmp_path: Path, kind: str, minor: int,
                                                       now: str) -> None:
     # another device at the same path before discovery ran again: not handed out as this one
-    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
-    dev.mkdir()
-    sysfs.mkdir()
-    os.mknod(dev / "widget0", 0o600 | stat.S_IFCHR, os.makedev(240, 1))
+    sysfs, dev = nodes_only(tmp_path, {"widget0": 1})
     p = plugin({"rules": [{"name": "w", "match": "/dev/widget*"}]}, sysfs, dev)
     [pool] = p.discover()
     [device] = pool.devices
