@@ -18,7 +18,6 @@ API error.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -99,6 +98,7 @@ class _Inputs:
     node: dict[str, Any] | None = None  # None: --pod across all nodes
     pod: dict[str, Any] = field(default_factory=dict)
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # said on stderr before the answer
 
 
 def _ns_name(text: str, what: str, namespace: str) -> tuple[str, str]:
@@ -252,8 +252,12 @@ def _inputs(ns: argparse.Namespace) -> _Inputs:
     out.node = {"metadata": {"name": node_name}}
     if cluster is not None:
         # no read access to nodes (or no Node): slices by nodeName still match
-        with contextlib.suppress(Exception):
+        try:
             out.node = cluster.node(node_name)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:   # a misspelt --node, most likely
+                out.notes.append(f"no Node {node_name} on the server: judged by the "
+                                 "ResourceSlices that name it alone")
     return out
 
 
@@ -267,6 +271,8 @@ def explain_main(argv: Sequence[str], prog: str = "drakit explain") -> int:
         from drakit.allocator.objects import ObjectError
 
         got = _inputs(ns)
+        for note in got.notes:
+            print(f"{prog}: {note}", file=sys.stderr)
         result: Any
         if got.node is None:
             result = explain_cluster(got.pod, got.claim, got.slices, got.classes, got.nodes,

@@ -1,7 +1,7 @@
-"""``drakit explain --pod`` when what the pod names is missing: a ResourceClaim that does not
-exist, a ResourceClaimTemplate the server cannot give (the embedded server serves no
-templates: the same 404 a missing one gets). The error names the pod, its claim entry and
-the object, not only the API's answer."""
+"""``drakit explain`` when what it is asked about is missing: with ``--pod``, a ResourceClaim
+that does not exist, a ResourceClaimTemplate the server cannot give (the embedded server
+serves no templates: the same 404 a missing one gets), named with the pod's claim entry;
+with ``--node``, a node the server has no Node of (said, then judged by its slices)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ from drakit.plugin.testing.apiserver.server import EmbeddedAPIServer
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with EmbeddedAPIServer() as api:
         api.create_node("node-1")
+        api.create_object("resourceclaims", {
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {
+                "deviceClassName": "none.example.com"}}]}}}, "default")
         for pod, ref in (("lost", {"name": "disk", "resourceClaimName": "nosuch"}),
                          ("templated", {"name": "kvm", "resourceClaimTemplateName": "kvm"})):
             api.create_object("pods", {"metadata": {"name": pod, "namespace": "default"},
@@ -34,3 +38,13 @@ def test_the_missing_object_is_named(kubeconfig: str, pod: str, names: str,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "--kubeconfig", kubeconfig, "--pod", f"default/{pod}"]) == 2
     assert names in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("node", "said"), [("node-x", True), ("node-1", False)])
+def test_a_node_without_a_node_object_is_said(kubeconfig: str, node: str, said: bool,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    main(["explain", "--kubeconfig", kubeconfig, "default/c", "--node", node])
+    out, err = capsys.readouterr()
+    assert f"on node {node}: NOT ALLOCATABLE" in out
+    assert (f"drakit explain: no Node {node} on the server: judged by the ResourceSlices "
+            "that name it alone" in err) is said, err
