@@ -27,24 +27,6 @@ CHART = REPO / "deploy" / "helm" / "drakit"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def helm() -> str:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gen_kustomize_base",
-                                                  REPO / "scripts" / "gen_kustomize_base.py")
-    assert spec and spec.loader
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    found = gen.find_helm()
-    if found is None or not Path(found).exists():
-        reason = "helm not built (scripts/build-k8s.sh helm)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Helm install tests: {reason}")
-        pytest.skip(reason)
-    return str(found)
-
-
 class Helm:
     def __init__(self, binary: str, server: RealAPIServer, kubeconfig: Path) -> None:
         self.binary, self.server, self.kubeconfig = binary, server, kubeconfig

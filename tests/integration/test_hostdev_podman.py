@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from drakit.cdi.testing import PodmanCDI
+from drakit.discovery.testing import LoopDevice
 from drakit.plugin.testing.harness import DriverHarness
 
 pytestmark = [pytest.mark.podman,
@@ -61,12 +62,8 @@ def test_three_containers_share_dev_fuse(harness: DriverHarness,
 def test_a_container_reads_a_loop_device_attached_during_the_test(
         harness: DriverHarness, podman_cdi: PodmanCDI, tmp_path: Path) -> None:
     pattern = b"drakit-hostdev-loop!"
-    backing = tmp_path / "disk.img"
-    backing.write_bytes(pattern * 4096)
-    path = subprocess.run(["losetup", "-f", "--show", str(backing)], check=True,
-                          capture_output=True, text=True, timeout=30).stdout.strip()
-    try:
-        name = "loop-" + os.path.basename(path)
+    with LoopDevice(tmp_path / "disk.img", pattern) as loop:
+        path, name = loop.path or "", "loop-" + loop.name
         harness.wait_for(lambda: ("node-1", name) in harness.devices(), 5, f"{name} published")
         c, ids = prepare(harness, "disk", name)
         run = podman_cdi.run(harness.cdi_dir, ids,
@@ -79,8 +76,6 @@ def test_a_container_reads_a_loop_device_attached_during_the_test(
         denied = podman_cdi.run(harness.cdi_dir, ids, 'exec 3<>/dev/disk0')
         assert denied.returncode != 0
         assert harness.unprepare(c) == {c["metadata"]["uid"]: ""}
-    finally:
-        subprocess.run(["losetup", "-d", path], check=False, timeout=30)
 
 
 def test_kvm_answers_its_api_version_in_a_container(

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from drakit.discovery.testing import LoopDevice
 from drakit.plugin.testing.real.node import BUSYBOX_IMAGE, DrakitProcess, RealNode
 
 from .node_helpers import new_namespace, record
@@ -150,12 +151,8 @@ def test_three_pods_share_fuse_and_a_pod_without_a_claim_sees_nothing(
 def test_a_loop_device_attached_now_reaches_a_pod(node: RealNode, hostdev: DrakitProcess,
                                                   tmp_path: Path) -> None:
     pattern = b"drakit-realnode-loop"
-    backing = tmp_path / "disk.img"
-    backing.write_bytes(pattern * 4096)
-    path = subprocess.run(["losetup", "-f", "--show", str(backing)], check=True,
-                          capture_output=True, text=True, timeout=30).stdout.strip()
-    try:
-        name = "loop-" + os.path.basename(path)
+    with LoopDevice(tmp_path / "disk.img", pattern) as loop:
+        name = "loop-" + loop.name
         started = time.monotonic()
         while time.monotonic() - started < 5:
             slices = node.cp.list_objects("resourceslices")
@@ -171,5 +168,3 @@ def test_a_loop_device_attached_now_reaches_a_pod(node: RealNode, hostdev: Draki
                                    pod(node, ns, "reader", 'head -c 20 "$DISK"; echo', "loop")])
         assert pattern.decode() in logs["reader"], logs["reader"]
         finish(node, ns, ["reader"])
-    finally:
-        subprocess.run(["losetup", "-d", path], check=False, timeout=30)
