@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -333,14 +332,3 @@ class Workload:
         with self._lock:
             return list(self.pods.values())
 
-
-def wait_api(node: RealNode, timeout: float) -> bool:
-    """True once the API server answers a list of the namespace's pods."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            node.cp.list_objects("pods", NAMESPACE)
-            return True
-        except (ApiError, OSError):
-            time.sleep(1.0)
-    return False
