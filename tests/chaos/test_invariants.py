@@ -17,6 +17,7 @@ from drakit.cdi.spec import ContainerEdits, Device
 from drakit.cdi.store import SpecStore
 from drakit.plugin.claims.checkpoint import CheckpointState, ClaimRecord, PreparedDeviceRecord
 
+from .driver import longest_quiet_stretch
 from .invariants import (
     ContainerView,
     cdi_devices,
@@ -189,3 +190,14 @@ def test_container_start_check(tmp_path: Path, env: dict[str, str], nodes: list[
                             "WANT_GPU": "1", "WANT_SLICE": "0", "WANT_SHARE": "1", **env})
     assert r.stdout.startswith(verdict), r.stdout + r.stderr
     assert r.returncode == (0 if verdict == OK_MARK else 1)
+
+
+def test_longest_quiet_stretch() -> None:
+    windows = [(0.0, 5.0, "reboot"), (12.0, 20.0, "apiserver-kill"),
+               (26.0, 27.0, "kubelet-kill"), (70.0, 120.0, "drakit-pause")]
+    # a pod scheduled at 3 s, Ready at 121 s: the longest quiet part is 27 -> 70 s
+    assert longest_quiet_stretch(3.0, 121.0, windows) == (43.0, "kubelet-kill")
+    assert longest_quiet_stretch(6.0, 10.0, windows) == (4.0, "reboot")
+    assert longest_quiet_stretch(71.0, 119.0, windows) is None
+    assert longest_quiet_stretch(115.0, 130.0, windows) == (10.0, "drakit-pause")
+    assert longest_quiet_stretch(1.0, 4.0, [(0.0, float("inf"), "etcd-kill")]) is None
