@@ -41,7 +41,10 @@ copies, and a write finds the records it changed by identity. Their JSON fields
 (``config``, ``edits``, ``state``...) must not be edited in place.
 
 A corrupt or unreadable snapshot or log is never reset: every operation raises
-:class:`CheckpointError` naming the problem until it is fixed.
+:class:`CheckpointError` naming the problem until it is fixed. A write that fails for want
+of room (a full disk or quota) leaves the files as they were, part of a log line taken back
+by ``ftruncate``, and raises :class:`CheckpointFullError`: the next write tries again. Any
+other write error raises :class:`CheckpointWriteError`.
 
 Two instances (a DaemonSet rolling update) share the files: every change runs under an
 ``flock`` of ``<path>.lock`` and first catches up with the files. A change is seen by
@@ -56,6 +59,7 @@ instance holds an owner lock (:mod:`drakit.plugin.claims.owners`) for its lifeti
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -103,9 +107,24 @@ class CheckpointError(Exception):
 
 
 class CheckpointWriteError(CheckpointError):
-    """The checkpoint cannot be written (e.g. the disk is full or failing); the message
-    names the file and the error. Nothing of the change is in the checkpoint. Fatal to
-    background work (:mod:`drakit.plugin.background`)."""
+    """The checkpoint cannot be written and the disk under it needs a person: the write
+    failed with an error other than want of room (``EIO`` of a failing disk, ``EROFS``...),
+    or what part of it got in could not be taken back. The message names the file and the
+    error. Fatal to background work (:mod:`drakit.plugin.background`)."""
+
+
+#: ``errno`` values of a write that failed for want of room: the file system or the quota
+#: is full (write(2), fsync(2)).
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class CheckpointFullError(CheckpointError):
+    """The checkpoint cannot be written for want of room (an errno of :data:`NO_ROOM`) and
+    nothing of the change is in it: the files hold exactly what they held before (a part of
+    a log line that got in was taken back, a new snapshot never replaced the old one). The
+    message names the file and the error. The next write tries again: background work
+    retries it; a kubelet call fails the claims of the change and the kubelet retries them.
+    """
 
 
 class PreparedDeviceRecord(BaseModel):
@@ -647,9 +666,10 @@ class Checkpoint:
         durable by one write (one log line, one fdatasync); every caller returns once its
         own change is durable. A change that raises writes nothing (the others of its batch
         are unaffected): it works on its own maps (shallow copies; the records themselves
-        are frozen). Raises CheckpointError when the checkpoint is corrupt,
-        CheckpointWriteError to every caller of a batch whose write failed (then memory
-        still holds the checkpoint's content).
+        are frozen). Raises CheckpointError when the checkpoint is corrupt; to every caller
+        of a batch whose write failed, CheckpointFullError (no room; nothing of the batch is
+        in the files) or CheckpointWriteError (then memory is read again from the files at
+        the next access).
         """
         req: _Request[T] = _Request(change)
         with self._queue_lock:
@@ -743,20 +763,34 @@ class Checkpoint:
         try:
             checkpointlog.append(self._log, line)
         except OSError as e:
-            with contextlib.suppress(OSError):  # take back what part of it got in
-                os.ftruncate(self._log, self._log_end)
-            raise CheckpointWriteError(
-                f"checkpoint log {self.log_path(self._gen)}: write failed: {e}") from None
+            raise self._append_failed(e) from None
         self._log_end += len(line)
         self._log_size = self._log_end
         self._state = state
         self.writes += 1
 
+    def _append_failed(self, e: OSError) -> CheckpointError:
+        """The error for an append to the log that raised ``e``, after taking back what
+        part of the line got in (``ftruncate`` to the end of the last acknowledged line):
+        CheckpointFullError when ``e`` is want of room and the log is back to that end,
+        else CheckpointWriteError (the log may hold a line nobody was told of)."""
+        assert self._log is not None
+        what = f"checkpoint log {self.log_path(self._gen or 0)}: write failed: {e}"
+        try:
+            os.ftruncate(self._log, self._log_end)
+            back = os.fstat(self._log).st_size == self._log_end
+        except OSError:
+            back = False
+        if back and e.errno in NO_ROOM:
+            return CheckpointFullError(what)
+        return CheckpointWriteError(what)
+
     def _compact(self, state: CheckpointState) -> None:
         """Write ``state`` as a new snapshot with a new, empty log (see the module
-        docstring), then remove the old log. Raises CheckpointWriteError; then the
-        snapshot and log in place are the old ones, or (the directory's fsync failed after
-        the rename) the new ones."""
+        docstring), then remove the old log. Raises CheckpointFullError when there was no
+        room and the snapshot in place is still the old one (or still none), else
+        CheckpointWriteError; then the snapshot and log in place are the old ones, or (the
+        directory's fsync failed after the rename) the new ones."""
         n = (self._gen or 0) + 1
         log_path = self.log_path(n)
         data = self._encoder.encode(state, log=n)
@@ -770,10 +804,18 @@ class Checkpoint:
                 atomic_write(self.path, data, mode=0o600)  # fsyncs the log's entry too
                 snap = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # ours: flock held
             except BaseException:
-                os.close(log_fd)  # left for load() or the next compaction to remove
+                os.close(log_fd)
                 raise
         except OSError as e:
-            raise CheckpointWriteError(f"checkpoint {self.path}: write failed: {e}") from None
+            what = f"checkpoint {self.path}: write failed: {e}"
+            held = None if self._seen in (None, _MISSING) else self._seen
+            if _stat_key(self.path) != held:  # renamed into place: it names the new log
+                raise CheckpointWriteError(what) from None
+            with contextlib.suppress(OSError):  # named by no snapshot
+                os.unlink(log_path)
+            if e.errno in NO_ROOM:
+                raise CheckpointFullError(what) from None
+            raise CheckpointWriteError(what) from None
         old = self._gen
         self._hold(snap, _key(os.fstat(snap)))
         self._hold_log(log_fd, n)

@@ -21,7 +21,11 @@ import logging
 import time
 from typing import Any, Protocol
 
-from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointWriteError
+from drakit.plugin.claims.checkpoint import (
+    Checkpoint,
+    CheckpointFullError,
+    CheckpointWriteError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +168,9 @@ class OrphanSweeper:
             self.node.sweep_orphan_specs()
         except CheckpointWriteError:
             raise  # fatal: the supervisor of this sweep stops the agent
+        except CheckpointFullError as e:
+            log.error("rolling back crashed prepares / sweeping orphan CDI specs: %s; tried "
+                      "again in the next sweep", e)
         except Exception:
             log.exception("rolling back crashed prepares / sweeping orphan CDI specs failed")
         return done

@@ -76,9 +76,6 @@ CHECK_EVERY = 3.0
 SETTLE = 240.0
 PREPARED = "prepared claim with"
 UNPREPARED = "unprepared claim"
-#: Exits of drakit within this many seconds after a disk-full fault are expected (a full
-#: disk is fatal to its background work; the restart recovers).
-DISK_FULL_GRACE = 30.0
 
 
 @dataclass
@@ -90,7 +87,6 @@ class Report:
     violations: list[Violation] = field(default_factory=list)
     schedule: str = ""
     figures: dict[str, object] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         """True when an invariant broke."""
@@ -99,7 +95,6 @@ class Report:
     def summary(self) -> str:
         lines = [f"chaos run: seed {self.seed}, {self.duration:.0f}s of faults"]
         lines += [f"  {k}: {v}" for k, v in self.figures.items()]
-        lines += [f"  note: {n}" for n in self.notes]
         counts = Counter(v.invariant for v in self.violations)
         lines.append("violations: " + " / ".join(f"{k} {counts.get(k, 0)}" for k in "abcde")
                      + f" (total {len(self.violations)})")
@@ -335,24 +330,11 @@ class ChaosRun:
         self._record(self._check_running(node, workload, views))
         self._record(self._check_running(node, workload, views))
         for at, loop in fleet.crash_loops:
-            if self._disk_full_at(at):
-                self.report.notes.append(f"crash loop while the disk was full: {loop}")
-            else:
-                self._record([Violation("e", at, f"crash loop: {loop}")])
+            self._record([Violation("e", at, f"crash loop: {loop}")])
         for ex in fleet.self_exits:
-            if self._disk_full_at(ex.at):
-                self.report.notes.append(f"{ex.name} exited (rc {ex.returncode}) at "
-                                         f"t={ex.at:.1f}s while its disk was full")
-            else:
-                self._record([Violation("e", ex.at, f"{ex.name} exited by itself (rc "
-                                                    f"{ex.returncode}); log tail:\n"
-                                                    f"{ex.log_tail[-1500:]}")])
-
-    def _disk_full_at(self, at: float) -> bool:
-        """Whether ``at`` falls in a disk-full fault (or :data:`DISK_FULL_GRACE` after)."""
-        return any(f.kind == "disk-full" and f.started is not None
-                   and f.started <= at <= f.started + f.hold + DISK_FULL_GRACE
-                   for f in self.faults)
+            self._record([Violation("e", ex.at, f"{ex.name} exited by itself (rc "
+                                                f"{ex.returncode}); log tail:\n"
+                                                f"{ex.log_tail[-1500:]}")])
 
     # ------------------------------------------------------------------ figures
 

@@ -1,7 +1,9 @@
 """A fatal error of background work stops ``drakit run`` with a non-zero exit and a message
 naming the work and the error: ``--strict`` validation failing in the periodic
-re-discovery after a device gained an attribute the API refuses, and a checkpoint that cannot
-be written when the status writer records its finished applies."""
+re-discovery after a device gained an attribute the API refuses, and a failing disk under the
+checkpoint when the status writer records its finished applies. A full disk is not fatal:
+the work is tried again, the claims whose writes fail meanwhile fail alone, and all goes on
+once there is room."""
 
 from __future__ import annotations
 
@@ -17,7 +19,12 @@ from drakit.plugin.events import Severity
 from drakit.plugin.testing.harness import DriverHarness
 
 
-def test_an_unwritable_checkpoint_stops_the_agent_naming_it(
+def _owes_status(h: DriverHarness, uid: str) -> bool:
+    rec = h.app.checkpoint.get(uid)
+    return rec is not None and rec.status_owed
+
+
+def test_a_failing_checkpoint_disk_stops_the_agent_naming_it(
         harness: DriverHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     stopped: list[int] = []
@@ -25,22 +32,60 @@ def test_an_unwritable_checkpoint_stops_the_agent_naming_it(
     claim = h.allocate("c1", [("node-1", "gpu-0")])
     assert h.prepare(claim)[claim["metadata"]["uid"]].error == ""  # owes its status
 
-    def full_disk(*_a: Any, **_k: Any) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def failing_disk(*_a: Any, **_k: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
 
     # the status apply reaches the server; recording that in the checkpoint cannot be done
     # (neither its log line nor a new snapshot)
-    monkeypatch.setattr(checkpoint_module.checkpointlog, "append", full_disk)
-    monkeypatch.setattr(checkpoint_module, "atomic_write", full_disk)
+    monkeypatch.setattr(checkpoint_module.checkpointlog, "append", failing_disk)
+    monkeypatch.setattr(checkpoint_module, "atomic_write", failing_disk)
     h.wait_for(lambda: h.app.failure is not None, 20, "the fatal error")
     assert stopped == [1]
     assert h.app.failure is not None
     assert h.app.failure.startswith("status: CheckpointWriteError: checkpoint "), h.app.failure
-    assert "write failed: [Errno 28] No space left on device" in h.app.failure
+    assert "write failed: [Errno 5] Input/output error" in h.app.failure
     fatal = h.app.metrics.registry.get_sample_value(
         "drakit_background_errors_total",
         {"driver": h.driver_name, "work": "status", "severity": Severity.FATAL.value})
     assert fatal == 1.0
+
+
+def test_a_full_checkpoint_disk_is_retried_until_there_is_room(
+        harness: DriverHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness
+    stopped: list[int] = []
+    h.app.on_fatal = lambda: stopped.append(1)
+
+    def full_disk(*_a: Any, **_k: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fill() -> None:  # neither a log line nor a new snapshot can be written
+        monkeypatch.setattr(checkpoint_module.checkpointlog, "append", full_disk)
+        monkeypatch.setattr(checkpoint_module, "atomic_write", full_disk)
+
+    fill()
+    first = h.allocate("c1", [("node-1", "gpu-0")])
+    uid = first["metadata"]["uid"]
+    failed = h.prepare(first)[uid].error  # the kubelet is told, and retries
+    assert "write failed: [Errno 28] No space left on device" in failed, failed
+    monkeypatch.undo()
+    assert h.prepare(first)[uid].error == ""  # room for the prepare, owes its status
+
+    fill()
+    errors = {"driver": h.driver_name, "work": "status", "severity": Severity.ERROR.value}
+    h.wait_for(lambda: (h.app.metrics.registry.get_sample_value(
+        "drakit_background_errors_total", errors) or 0) >= 2, 20,
+        "the status writer's settle failing and tried again")
+    assert _owes_status(h, uid)
+    assert h.app.failure is None and stopped == []
+    second = h.allocate("c2", [("node-1", "gpu-1")])  # other claims fail alone meanwhile
+    assert "No space left on device" in h.prepare(second)[second["metadata"]["uid"]].error
+
+    monkeypatch.undo()  # room again
+    h.wait_for(lambda: not _owes_status(h, uid), 20, "the settle recorded once there is room")
+    assert h.prepare(second)[second["metadata"]["uid"]].error == ""
+    assert h.app.failure is None and stopped == []
+    assert h.app.readiness()[0], h.app.readiness()
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ fails every caller of the batch."""
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 import drakit.plugin.claims.checkpointlog as checkpointlog
-from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointWriteError, ClaimRecord
+from drakit.plugin.claims.checkpoint import Checkpoint, CheckpointFullError, ClaimRecord
 
 
 def _rec(uid: str) -> ClaimRecord:
@@ -92,7 +93,7 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
     def failing_append(fd: int, line: bytes) -> None:
         assert gate.wait(10)
         real(fd, line[:7])  # part of the line got in before the disk filled up
-        raise OSError("no space left on device")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpointlog, "append", failing_append)
     errors: dict[str, BaseException] = {}
@@ -102,9 +103,9 @@ def test_failed_write_fails_the_whole_batch(tmp_path: Path,
     gate.set()
     for t in threads:
         t.join(10)
-    assert len(errors) == 5 and all(isinstance(e, CheckpointWriteError)
+    assert len(errors) == 5 and all(isinstance(e, CheckpointFullError)
                                     for e in errors.values())
-    assert "no space left on device" in str(errors["x0"])
+    assert "No space left on device" in str(errors["x0"])
     assert (cp.path.read_bytes(), log.read_bytes()) == before  # the part taken back
     assert sorted(cp.claims()) == ["base"]
     assert sorted(Checkpoint(cp.path).claims()) == ["base"]
