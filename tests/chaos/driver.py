@@ -25,17 +25,19 @@ Usage::
 
 (``make chaos CHAOS_DURATION=1800 CHAOS_SEED=7``). It prints the seed first; at the end the
 figures (pods started, faults per kind, prepares and unprepares, the longest waits: from
-scheduled to Ready, and the longest stretch a scheduled pod stayed not Ready while no fault
-was on) and the
-violations. A failure prints the seed, the nemesis' schedule as it ran and each invariant
-that broke with its object. Exit status 0 without violations, 1 with, 2 when the node could
-not run. Needs root and the binaries of ``scripts/build-k8s.sh``.
+scheduled to Ready, the longest stretch a scheduled pod stayed not Ready while no fault
+was on, and the longest a claim was refused because its device was still prepared for
+another claim the kubelet had not unprepared yet) and the violations. A failure prints the
+seed, the nemesis' schedule as it ran and each invariant that broke with its object. Exit
+status 0 without violations, 1 with, 2 when the node could not run. Needs root and the
+binaries of ``scripts/build-k8s.sh``.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -76,6 +80,9 @@ CHECK_EVERY = 3.0
 SETTLE = 240.0
 PREPARED = "prepared claim with"
 UNPREPARED = "unprepared claim"
+#: What drakit says when it refuses a prepare because a device of the claim is still
+#: prepared for another claim (the kubelet has not unprepared that one yet).
+HELD = "is still prepared for claim"
 
 
 @dataclass
@@ -380,6 +387,12 @@ class ChaosRun:
             f["longest a scheduled pod stayed not Ready with the node whole"] = (
                 f"{w:.1f}s (pod {name}, {'after ' + kind if kind else 'no fault before'}; "
                 f"{total:.1f}s from scheduled to Ready)")
+        held = held_device_waits(line for path in logs
+                                 for line in Path(path).read_text(errors="replace").splitlines())
+        if held:
+            span, claim = max((span, claim) for claim, span in held.items())
+            f["claims refused while a device was still prepared for another claim"] = (
+                f"{len(held)}, the longest for {span:.1f}s (claim {claim})")
 
     def _keep_artifacts(self, node: RealNode) -> None:
         """Component and drakit logs into ``artifacts`` (when given)."""
@@ -391,6 +404,26 @@ class ChaosRun:
         for path in Path(node.cp.workdir).glob("*.log"):
             shutil.copy2(path, self.artifacts / f"cp-{path.name}")
         self.log(f"logs kept in {self.artifacts}")
+
+
+def held_device_waits(lines: Iterable[str]) -> dict[str, float]:
+    """Seconds from the first to the last prepare drakit refused for a claim because a device
+    of it was still prepared for another claim (:data:`HELD`), by claim (``namespace/name``),
+    from drakit's log lines (klog: the time first, then ``claim="ns/name"``)."""
+    seen: dict[str, tuple[float, float]] = {}
+    for line in lines:
+        if HELD not in line:
+            continue
+        claim = re.search(r' claim="([^"]+)"', line)
+        try:
+            at = datetime.fromisoformat(line.split(" ", 1)[0]).timestamp()
+        except ValueError:
+            continue
+        if claim is None:
+            continue
+        first, _ = seen.get(claim.group(1), (at, at))
+        seen[claim.group(1)] = (min(first, at), at)
+    return {claim: last - first for claim, (first, last) in seen.items()}
 
 
 def longest_quiet_stretch(start: float, end: float,

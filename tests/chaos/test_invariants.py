@@ -17,7 +17,7 @@ from drakit.cdi.spec import ContainerEdits, Device
 from drakit.cdi.store import SpecStore
 from drakit.plugin.claims.checkpoint import CheckpointState, ClaimRecord, PreparedDeviceRecord
 
-from .driver import longest_quiet_stretch
+from .driver import HELD, held_device_waits, longest_quiet_stretch
 from .invariants import (
     ContainerView,
     cdi_devices,
@@ -201,3 +201,16 @@ def test_longest_quiet_stretch() -> None:
     assert longest_quiet_stretch(71.0, 119.0, windows) is None
     assert longest_quiet_stretch(115.0, 130.0, windows) == (10.0, "drakit-pause")
     assert longest_quiet_stretch(1.0, 4.0, [(0.0, float("inf"), "etcd-kill")]) is None
+
+
+def test_held_device_waits() -> None:
+    def refused(at: str, claim: str) -> str:
+        return (f'2026-12-07T18:{at}+00:00 WARNING drakit.plugin.claims.node plugin/klog.py:84] '
+                f'"prepare failed" err="ResourceClaim {claim}: status.allocation.devices.'
+                f'results[0]: device drakit-node/gpu-0 is still prepared for claim 1c45; retry '
+                f'after it is unprepared" claim="{claim}" claimUID="ee02" driver="d"')
+
+    lines = [refused("21:00.500", "chaos/a"), refused("21:07.000", "chaos/b"),
+             '2026-12-07T18:21:10.000+00:00 V2 x] "prepared claim with 1 device(s)" '
+             'claim="chaos/c"', refused("23:54.500", "chaos/a"), "not a log line " + HELD]
+    assert held_device_waits(lines) == {"chaos/a": 174.0, "chaos/b": 0.0}
