@@ -3,20 +3,17 @@ find no room fail their claims alone (the kubelet retries them), the status writ
 its finished applies until it can record them, a restart while the disk is full comes up,
 and all goes on once there is room, the process never exiting by itself.
 
-Runs the agent as a process on a 1 MiB tmpfs mounted for the test (root); without root it
-skips, under CI=true it fails."""
+Runs the agent as a process on a 1 MiB tmpfs mounted for the test (:mod:`fullfs`)."""
 
 from __future__ import annotations
 
-import errno
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fullfs import fill, mounted_tmpfs
 
 from drakit.plugin.claims.checkpoint import Checkpoint
 from drakit.plugin.testing.apiserver.faults import FaultPlan
@@ -25,43 +22,18 @@ from drakit.plugin.testing.harness import DriverHarness
 NO_ROOM = "[Errno 28] No space left on device"
 
 
-def _fill(directory: Path) -> Path:
-    """Fill the file system of ``directory`` to the last byte; returns the filler file."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 16, 1 << 12, 1 << 8, 1):
-            while True:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC
-                    break
-    finally:
-        os.close(fd)
-    return filler
-
-
 @pytest.fixture
 def harness_on_small_fs(short_tmp_path: Path) -> Iterator[DriverHarness]:
     """A subprocess harness whose data directory (DRA socket, checkpoint) is a 1 MiB tmpfs."""
-    if os.geteuid() != 0:
-        why = "mounting a small tmpfs needs root"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why}; CI runs as root")
-        pytest.skip(why)
     inventory = short_tmp_path / "devices.yaml"
     inventory.write_text(yaml.safe_dump({"devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}))
     h = DriverHarness(short_tmp_path / "h", subprocess=True, discovery=["example"],
                       plugin_options={"example": {"file": str(inventory)}})
-    h.data_dir.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "drakit-full-test",
-                    str(h.data_dir)], check=True, capture_output=True)
-    try:
-        yield h
-    finally:
-        h.stop()
-        subprocess.run(["umount", "-l", str(h.data_dir)], check=False, capture_output=True)
+    with mounted_tmpfs(h.data_dir, "1m"):
+        try:
+            yield h
+        finally:
+            h.stop()
 
 
 def _uid(claim: dict[str, Any]) -> str:
@@ -77,7 +49,7 @@ def test_drakit_rides_out_a_full_disk_under_its_checkpoint(
     h.apiserver.set_faults(FaultPlan(error_rate=1.0, resources=frozenset({"resourceclaims"}),
                                      verbs=frozenset({"patch", "update"})))
     assert h.prepare(first)[_uid(first)].error == ""
-    filler = _fill(h.data_dir)
+    filler = fill(h.data_dir)
     h.apiserver.set_faults(None)
     h.wait_for(lambda: bool(((h.claim(first) or {}).get("status") or {}).get("devices")), 30,
                "the status apply once the API server answers")

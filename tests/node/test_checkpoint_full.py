@@ -3,18 +3,17 @@ exactly as they were and raises CheckpointFullError; the next write once there i
 succeeds. Other write errors, and a part of a line that cannot be taken back, stay
 CheckpointWriteError.
 
-The real cases run on a tmpfs of 256 KiB mounted for the test (root); without root they skip,
-under CI=true they fail."""
+The real cases run on a tmpfs of 256 KiB mounted for the test (:mod:`fullfs`)."""
 
 from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fullfs import fill, mounted_tmpfs
 
 import drakit.plugin.claims.checkpoint as checkpoint_module
 import drakit.plugin.claims.checkpointlog as checkpointlog
@@ -33,37 +32,9 @@ def _rec(uid: str, size: int = 0) -> ClaimRecord:
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 256 KiB tmpfs at ``tmp_path/fs``, unmounted afterwards."""
-    if os.geteuid() != 0:
-        why = "mounting a small tmpfs needs root"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why}; CI runs as root")
-        pytest.skip(why)
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "drakit-full-test",
-                    str(mnt)], check=True, capture_output=True)
-    try:
+    """A 256 KiB tmpfs at ``tmp_path/fs``."""
+    with mounted_tmpfs(tmp_path / "fs", "256k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
-
-
-def _fill(directory: Path) -> Path:
-    """Fill the file system of ``directory`` to the last byte; returns the filler file."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 16, 1 << 12, 1 << 8, 1):
-            while True:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC
-                    break
-    finally:
-        os.close(fd)
-    return filler
 
 
 def _files(cp: Checkpoint) -> dict[str, bytes]:
@@ -75,7 +46,7 @@ def test_a_full_disk_fails_the_append_and_leaves_the_files_as_they_were(small_fs
     cp.change(lambda s: s.claims.__setitem__("a", _rec("a")))
     cp.change(lambda s: s.claims.__setitem__("b", _rec("b")))  # appended to the log
     before = _files(cp)
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     # a line of several pages: the first part fits the log's last page, the rest does not
     with pytest.raises(CheckpointFullError, match=r"checkpoint\.json\.1\.log: write failed: "
                                                   r"\[Errno 28\] No space left on device"):
@@ -96,7 +67,7 @@ def test_a_full_disk_fails_the_append_and_leaves_the_files_as_they_were(small_fs
 
 def test_a_full_disk_fails_the_first_snapshot_and_a_compaction_alike(small_fs: Path) -> None:
     cp = Checkpoint(small_fs / "checkpoint.json")
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     with pytest.raises(CheckpointFullError, match=r"checkpoint\.json: write failed: "):
         cp.change(lambda s: s.claims.__setitem__("a", _rec("a", 5000)))
     assert not cp.path.exists() and not list(small_fs.glob(".checkpoint.json.*.tmp"))
@@ -105,7 +76,7 @@ def test_a_full_disk_fails_the_first_snapshot_and_a_compaction_alike(small_fs: P
 
     cp.change(lambda s: s.claims.__setitem__("a", _rec("a", 5000)))
     before = _files(cp)
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     with pytest.raises(CheckpointFullError):
         cp.compact()
     assert _files(cp) == before
