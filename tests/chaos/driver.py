@@ -349,9 +349,10 @@ class ChaosRun:
         records = workload.records()
         kills: Counter[str] = Counter(f.kind for f in nemesis.done)
         kills["drakit-kill (with a component fault)"] = sum(f.compound for f in nemesis.done)
-        logs = {str(p.log_path): p for p in fleet.history}
-        prepares = sum(p.log_count(PREPARED) for p in logs.values())
-        unprepares = sum(p.log_count(UNPREPARED) for p in logs.values())
+        lines = [line for path in {p.log_path for p in fleet.history}
+                 for line in _read_lines(path)]
+        prepares = sum(PREPARED in line for line in lines)
+        unprepares = sum(UNPREPARED in line for line in lines)
         waits = []
         healthy = []
         windows = sorted((f.started, f.recovered if f.recovered is not None else float("inf"),
@@ -387,8 +388,7 @@ class ChaosRun:
             f["longest a scheduled pod stayed not Ready with the node whole"] = (
                 f"{w:.1f}s (pod {name}, {'after ' + kind if kind else 'no fault before'}; "
                 f"{total:.1f}s from scheduled to Ready)")
-        held = held_device_waits(line for path in logs
-                                 for line in Path(path).read_text(errors="replace").splitlines())
+        held = held_device_waits(lines)
         if held:
             span, claim = max((span, claim) for claim, span in held.items())
             f["claims refused while a device was still prepared for another claim"] = (
@@ -404,6 +404,14 @@ class ChaosRun:
         for path in Path(node.cp.workdir).glob("*.log"):
             shutil.copy2(path, self.artifacts / f"cp-{path.name}")
         self.log(f"logs kept in {self.artifacts}")
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The lines of a drakit log (every run of that instance); none when it is unreadable."""
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def held_device_waits(lines: Iterable[str]) -> dict[str, float]:
