@@ -775,15 +775,13 @@ class Checkpoint:
         CheckpointFullError when ``e`` is want of room and the log is back to that end,
         else CheckpointWriteError (the log may hold a line nobody was told of)."""
         assert self._log is not None
-        what = f"checkpoint log {self.log_path(self._gen or 0)}: write failed: {e}"
         try:
             os.ftruncate(self._log, self._log_end)
             back = os.fstat(self._log).st_size == self._log_end
         except OSError:
             back = False
-        if back and e.errno in NO_ROOM:
-            return CheckpointFullError(what)
-        return CheckpointWriteError(what)
+        return _write_failed(f"checkpoint log {self.log_path(self._gen or 0)}", e,
+                             intact=back)
 
     def _compact(self, state: CheckpointState) -> None:
         """Write ``state`` as a new snapshot with a new, empty log (see the module
@@ -807,15 +805,12 @@ class Checkpoint:
                 os.close(log_fd)
                 raise
         except OSError as e:
-            what = f"checkpoint {self.path}: write failed: {e}"
             held = None if self._seen in (None, _MISSING) else self._seen
-            if _stat_key(self.path) != held:  # renamed into place: it names the new log
-                raise CheckpointWriteError(what) from None
-            with contextlib.suppress(OSError):  # named by no snapshot
-                os.unlink(log_path)
-            if e.errno in NO_ROOM:
-                raise CheckpointFullError(what) from None
-            raise CheckpointWriteError(what) from None
+            intact = _stat_key(self.path) == held  # else renamed into place: it names log n
+            if intact:
+                with contextlib.suppress(OSError):  # named by no snapshot
+                    os.unlink(log_path)
+            raise _write_failed(f"checkpoint {self.path}", e, intact=intact) from None
         old = self._gen
         self._hold(snap, _key(os.fstat(snap)))
         self._hold_log(log_fd, n)
@@ -904,6 +899,14 @@ class Checkpoint:
         with self._lock:
             self._hold(None, None)
             self._hold_log(None, None)
+
+
+def _write_failed(what: str, e: OSError, *, intact: bool) -> CheckpointError:
+    """The error of a write of ``what`` that raised ``e``: CheckpointFullError when it found
+    no room (:data:`NO_ROOM`) and the files are ``intact`` (as they were before the write),
+    else CheckpointWriteError."""
+    cls = CheckpointFullError if intact and e.errno in NO_ROOM else CheckpointWriteError
+    return cls(f"{what}: write failed: {e}")
 
 
 def _union(acc: set[str] | None, given: _Tracked[Any], now: dict[str, Any]
